@@ -1,0 +1,7 @@
+"""Faults: make things go wrong, record it first, always heal."""
+
+from .base import REGISTRY, Fault
+from .ledger import Ledger, LedgerEntry
+from .process_kill import ProcessKill
+
+__all__ = ["REGISTRY", "Fault", "Ledger", "LedgerEntry", "ProcessKill"]

@@ -1,0 +1,68 @@
+"""The fault ledger: what is broken right now, on disk, before it is broken.
+
+Every fault writes an entry *before* it acts and removes it *after* it heals,
+so after a crash the ledger lists exactly the faults that may still be in
+effect. Entries are one JSON file each (atomic rename, fsync), so a crash
+mid-write leaves either the old state or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ordeal.history import utc_iso
+
+
+def default_ledger_dir() -> Path:
+    base = os.environ.get("ORDEAL_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ordeal", "state"
+    )
+    return Path(base) / "ledger"
+
+
+@dataclass
+class LedgerEntry:
+    kind: str
+    target: str
+    run_id: str
+    inverse: dict[str, Any]  # what heal must do, readable without the live objects
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    injected: str = field(default_factory=utc_iso)
+    owner_pid: int = field(default_factory=os.getpid)
+
+
+class Ledger:
+    def __init__(self, directory: Path | None = None):
+        self.dir = Path(directory) if directory else default_ledger_dir()
+
+    def record(self, entry: LedgerEntry) -> LedgerEntry:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        final = self.dir / f"{entry.id}.json"
+        tmp = self.dir / f".{entry.id}.tmp"
+        with tmp.open("w") as f:
+            json.dump(asdict(entry), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, final)
+        return entry
+
+    def remove(self, entry_id: str) -> None:
+        (self.dir / f"{entry_id}.json").unlink(missing_ok=True)
+
+    def pending(self) -> list[LedgerEntry | str]:
+        """Entries still open; an unreadable file comes back as its error
+        text (reported, never silently skipped)."""
+        if not self.dir.is_dir():
+            return []
+        out: list[LedgerEntry | str] = []
+        for path in sorted(self.dir.glob("*.json")):
+            try:
+                out.append(LedgerEntry(**json.loads(path.read_text())))
+            except (ValueError, TypeError) as e:
+                out.append(f"{path}: unreadable ledger entry ({e})")
+        return out

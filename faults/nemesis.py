@@ -1,0 +1,76 @@
+"""Running faults against a live workload and writing them into the history.
+
+Each action is two ``info`` ops of process "nemesis" (Jepsen's convention):
+one when it begins and one when it has taken effect, so checkers see the
+exact window in which the fault was active. An action that fails is still
+recorded (its end op carries the error) and the fault is healed anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ordeal.history import NEMESIS, History, utc_iso
+
+from .base import Fault
+
+
+@dataclass
+class FaultWindow:
+    kind: str
+    target: str
+    injected: str | None = None
+    healed: str | None = None
+    inject_result: dict[str, Any] = field(default_factory=dict)
+    heal_result: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _record(history: History, f: str, fault: Fault, action: Callable[[], dict[str, Any]]
+            ) -> dict[str, Any]:
+    history.append("info", NEMESIS, f, {"kind": fault.kind, "target": fault.target,
+                                        "phase": "begin"})
+    try:
+        result = action()
+    except Exception as e:
+        history.append("info", NEMESIS, f, {"kind": fault.kind, "target": fault.target,
+                                            "phase": "end"}, f"{type(e).__name__}: {e}")
+        raise
+    history.append("info", NEMESIS, f, {**result, "phase": "end"})
+    return result
+
+
+async def inject_then_heal(fault: Fault, history: History, after_s: float, hold_s: float,
+                           progress: Callable[[str], None] | None = None) -> FaultWindow:
+    """Wait ``after_s``, inject, hold ``hold_s``, heal: one fault window.
+    Heal always runs, even if injection failed or the task is cancelled.
+    Blocking actions run in a thread so the workload keeps going."""
+    window = FaultWindow(fault.kind, fault.target)
+    say = progress or (lambda _m: None)
+    await asyncio.sleep(after_s)
+    try:
+        say(f"nemesis: inject {fault.kind} on {fault.target}")
+        window.inject_result = await asyncio.to_thread(_record, history, "inject", fault,
+                                                       fault.inject)
+        window.injected = utc_iso()
+        await asyncio.sleep(hold_s)
+    except Exception as e:  # noqa: BLE001 - recorded, then we heal
+        window.error = f"inject failed: {type(e).__name__}: {e}"
+    finally:
+        t0 = time.monotonic()
+        say(f"nemesis: heal {fault.kind} on {fault.target}")
+        try:
+            window.heal_result = await asyncio.to_thread(_record, history, "heal", fault,
+                                                         fault.heal)
+            window.healed = utc_iso()
+            say(f"nemesis: healed {fault.kind} on {fault.target} "
+                f"in {time.monotonic() - t0:.1f}s")
+        except Exception as e:  # noqa: BLE001
+            window.error = (window.error or "") + f" heal failed: {type(e).__name__}: {e}"
+    return window

@@ -1,0 +1,51 @@
+"""process_kill: SIGKILL a node's whole process tree, optionally restart it.
+
+The kill goes to the node's process group (the engine's API server, its
+EngineCore and its workers together), as an OOM-killer or a crashed host
+would leave it. Heal restarts the node and waits until it serves again,
+so the heal's duration is the node's recovery time.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import Any
+
+from ordeal.topology import Node
+
+from .base import Fault
+from .ledger import Ledger
+
+
+class ProcessKill(Fault):
+    kind = "process_kill"
+
+    def __init__(self, node: Node, run_id: str, ledger: Ledger, restart: bool = True,
+                 ready_timeout_s: float = 300.0):
+        super().__init__(node.name, run_id, ledger)
+        self.node = node
+        self.restart = restart
+        self.ready_timeout_s = ready_timeout_s
+
+    def _inverse(self) -> dict[str, Any]:
+        return {"action": "restart" if self.restart else "none", "node": self.node.name}
+
+    def _act(self) -> dict[str, Any]:
+        pid = getattr(self.node, "pid", None)
+        self.node.signal(signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while self.node.is_running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.node.is_running():
+            raise RuntimeError(f"{self.node.name} (pid {pid}) still runs 10s after SIGKILL")
+        return {"signal": "SIGKILL", "pid": pid}
+
+    def _undo(self) -> dict[str, Any]:
+        if not self.restart or self.node.is_running():
+            return {"restarted": False}
+        t0 = time.monotonic()
+        self.node.start()
+        self.node.wait_ready(self.ready_timeout_s)
+        return {"restarted": True, "pid": getattr(self.node, "pid", None),
+                "ready_after_s": round(time.monotonic() - t0, 2)}

@@ -1,0 +1,79 @@
+"""Checkers judge a history; they never talk to a cluster and never raise.
+
+A checker is pure and streaming: one pass over the ops, memory bounded by
+what is in flight (not by the length of the run), so a 72-hour history is
+checked in minutes. ``valid`` is True, False, or "unknown" (could not judge:
+e.g. the checker itself failed, or nothing relevant happened). Combining ranks
+False > "unknown" > True, as Jepsen's ``merge-valid`` does.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Literal, Protocol
+
+from ordeal.history import Op
+
+Validity = bool | Literal["unknown"]
+MAX_COUNTEREXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a checker may know about the run besides its ops."""
+
+    run_id: str = ""
+    # Canary prompts and their golden outputs, SLO targets etc. join later.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    name: str
+    valid: Validity
+    details: dict[str, Any] = field(default_factory=dict)
+    counterexamples: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "valid": self.valid,
+            "details": self.details,
+            "counterexamples": self.counterexamples,
+        }
+
+
+class Checker(Protocol):
+    name: str
+
+    def check(self, history: Iterable[Op], ctx: RunContext) -> Result: ...
+
+
+def op_brief(op: Op) -> dict[str, Any]:
+    """A counterexample entry: enough to find the op in history.jsonl."""
+    return {"index": op.index, "type": op.type, "process": op.process, "f": op.f,
+            "wall": op.wall, "error": op.error}
+
+
+def merge_valid(values: Iterable[Validity]) -> Validity:
+    seen_unknown = False
+    for v in values:
+        if v is False:
+            return False
+        if v != True:  # noqa: E712 - "unknown" and anything unexpected
+            seen_unknown = True
+    return "unknown" if seen_unknown else True
+
+
+def run_checker(checker: Checker, history: Iterable[Op], ctx: RunContext) -> Result:
+    """Run one checker; an exception inside it becomes an "unknown" result
+    carrying the error, never a crash of the harness."""
+    try:
+        return checker.check(history, ctx)
+    except Exception as e:  # noqa: BLE001 - the point is to contain anything
+        return Result(
+            name=getattr(checker, "name", type(checker).__name__),
+            valid="unknown",
+            details={"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()},
+        )

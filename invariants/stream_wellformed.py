@@ -1,0 +1,75 @@
+"""Stream well-formed: every streamed response that the client took as a
+success was one coherent SSE stream.
+
+What the workload's SSE parser records per request (``value["stream"]``):
+``ids`` (distinct response ids in order of appearance), ``finish_reasons``
+(every non-null finish_reason seen), ``done`` ([DONE] received),
+``after_done`` (events after [DONE]), ``errors`` (``error`` events, which
+vLLM can send mid-stream under HTTP 200) and ``malformed`` (data lines that
+are not JSON). The parser records facts; this checker judges them:
+
+- an ``ok`` stream must have exactly one id, exactly one finish_reason,
+  [DONE] last with nothing after it, no error event and no malformed line;
+- a stream with an error event must not be ``ok`` (errors under HTTP 200
+  are failures), and is counted in ``mid_stream_errors``;
+- a malformed data line is a server fault whatever the op's type.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ordeal.history import NEMESIS, Op
+
+from .base import MAX_COUNTEREXAMPLES, Result, RunContext, op_brief
+
+
+def stream_problems(op: Op, stream: dict[str, Any]) -> list[str]:
+    found: list[str] = []
+    if stream.get("malformed"):
+        found.append(f"malformed SSE data line(s): {stream['malformed'][:2]!r}")
+    if op.type != "ok":
+        return found
+    ids = stream.get("ids") or []
+    if len(ids) != 1:
+        found.append(f"expected one response id, saw {len(ids)}: {ids[:3]!r}")
+    reasons = stream.get("finish_reasons") or []
+    if len(reasons) != 1:
+        found.append(f"expected exactly one finish_reason, saw {len(reasons)}: {reasons[:3]!r}")
+    if not stream.get("done"):
+        found.append("stream ended without [DONE]")
+    if stream.get("after_done"):
+        found.append(f"{stream['after_done']} event(s) after [DONE]")
+    if stream.get("errors"):
+        found.append(f"error event under a successful op: {stream['errors'][:1]!r}")
+    return found
+
+
+class StreamWellFormed:
+    name = "stream_wellformed"
+
+    def check(self, history: Iterable[Op], ctx: RunContext) -> Result:
+        counts = {"streams": 0, "ok_streams": 0, "malformed_streams": 0, "mid_stream_errors": 0}
+        examples: list[dict] = []
+        for op in history:
+            if op.process == NEMESIS or op.type == "invoke":
+                continue
+            stream = op.value.get("stream")
+            if not isinstance(stream, dict):
+                continue
+            counts["streams"] += 1
+            if op.type == "ok":
+                counts["ok_streams"] += 1
+            if stream.get("errors"):
+                counts["mid_stream_errors"] += 1
+            found = stream_problems(op, stream)
+            if found:
+                counts["malformed_streams"] += 1
+                if len(examples) < MAX_COUNTEREXAMPLES:
+                    examples.append({"problems": found, **op_brief(op)})
+        if counts["ok_streams"] == 0:
+            # No successful stream: nothing proves streams are well formed.
+            valid = False if counts["malformed_streams"] else "unknown"
+        else:
+            valid = counts["malformed_streams"] == 0
+        return Result(self.name, valid, details=counts, counterexamples=examples)

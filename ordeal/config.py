@@ -1,0 +1,64 @@
+"""Run configuration: plain, typed, validated up front with errors that say
+what was wrong and what to do. Nothing here starts a process."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+class ConfigError(ValueError):
+    """A bad setting. The message names the setting, the value and a fix."""
+
+
+def parse_duration(text: str | float | int, setting: str = "duration") -> float:
+    """'90', '90s', '5m', '72h', '1.5h' -> seconds."""
+    if isinstance(text, (int, float)):
+        seconds = float(text)
+    else:
+        m = _DURATION.match(str(text))
+        if not m:
+            raise ConfigError(
+                f"{setting}: cannot read {text!r} as a duration; "
+                "write a number with an optional unit, e.g. 90, 90s, 5m, 72h"
+            )
+        seconds = float(m.group(1)) * _UNIT_S[m.group(2)]
+    if seconds <= 0:
+        raise ConfigError(f"{setting}: must be more than zero, got {text!r}")
+    return seconds
+
+
+BACKENDS = ("local",)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    backend: str = "local"
+    engine: str = "vllm"
+    replicas: int = 2
+    model_seed: int = 0
+    ready_timeout_s: float = 300.0
+    host: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ConfigError(
+                f"--cluster: unknown backend {self.backend!r}; available: {', '.join(BACKENDS)}"
+            )
+        if self.engine != "vllm":
+            raise ConfigError(f"engine {self.engine!r} is not supported yet; use 'vllm'")
+        if not 1 <= self.replicas <= 64:
+            raise ConfigError(
+                f"--replicas: {self.replicas} is out of range; use 1..64 "
+                "(each local vLLM replica needs about 3 GB of memory)"
+            )
+        if self.ready_timeout_s <= 0:
+            raise ConfigError("--ready-timeout: must be more than zero seconds")
+        if self.host not in ("127.0.0.1", "localhost", "::1"):
+            raise ConfigError(
+                f"host {self.host!r}: the local backend binds loopback only, "
+                "so that no traffic leaves the machine"
+            )

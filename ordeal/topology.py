@@ -1,0 +1,75 @@
+"""What a cluster is, in terms every layer shares.
+
+A backend (local processes today; Docker, Ray later) implements these
+protocols. Faults act on nodes only through them, so no fault imports a
+backend and a new backend brings every fault with it.
+
+Vocabulary kept close to Kubernetes and Ray so those backends can follow:
+a *service* is a set of replicas behind an address; a *node* is one replica
+(or the router), with its own process tree and address.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol, Sequence, runtime_checkable
+
+Role = Literal["router", "replica"]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+@runtime_checkable
+class Node(Protocol):
+    """One process tree the suite started and owns."""
+
+    name: str
+    role: Role
+    endpoint: Endpoint
+
+    def is_running(self) -> bool: ...
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the node's whole process tree (and nothing else)."""
+
+    def start(self) -> None:
+        """(Re)start the node's processes; returns once they are spawned."""
+
+    def wait_ready(self, timeout: float) -> None:
+        """Block until the node serves; raise NodeNotReady with diagnostics."""
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop the node's process tree: SIGTERM, then SIGKILL after ``grace``."""
+
+    def fingerprint(self) -> str:
+        """The engine's own identity string (e.g. vLLM's system_fingerprint)."""
+
+    def log_tail(self, lines: int = 20) -> list[str]: ...
+
+
+class NodeNotReady(RuntimeError):
+    """A node did not become ready. The message carries what was waited for,
+    the node's state, its last log lines and a hint, testcontainers-style."""
+
+
+@runtime_checkable
+class Cluster(Protocol):
+    backend: str
+    engine: str
+    nodes: Sequence[Node]
+
+    @property
+    def entrypoint(self) -> Endpoint:
+        """Where clients send traffic (the router)."""
+
+    def node(self, name: str) -> Node: ...
+
+    def replicas(self) -> list[Node]: ...

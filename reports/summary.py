@@ -1,0 +1,46 @@
+"""summary.json: the run's verdict and what it rests on. Later work adds
+keys; the keys written here stay, with the same meaning."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+SCHEMA_VERSION = 1
+
+
+def verdict_of(valids: Iterable[Any]) -> str:
+    """pass only if every invariant is true; fail if any is false;
+    otherwise unknown (some invariant could not be judged)."""
+    values = list(valids)
+    if any(v is False for v in values):
+        return "fail"
+    if values and all(v is True for v in values):
+        return "pass"
+    return "unknown"
+
+
+def build_summary(*, run_id: str, suite: str, started: str, ended: str,
+                  cluster: dict[str, Any], counts: dict[str, int],
+                  nemesis_counts: dict[str, int], faults: list[dict[str, Any]],
+                  invariants: list[dict[str, Any]], workload: dict[str, Any],
+                  errors: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA_VERSION,
+        "run_id": run_id,
+        "suite": suite,
+        "started": started,
+        "ended": ended,
+        "cluster": cluster,
+        "workload": workload,
+        "ops": {
+            "invoked": counts.get("invoke", 0),
+            "ok": counts.get("ok", 0),
+            "fail": counts.get("fail", 0),
+            "info": counts.get("info", 0),
+            "nemesis": sum(nemesis_counts.values()),
+        },
+        "faults": faults,
+        "invariants": invariants,
+        "errors": errors or [],
+        "verdict": verdict_of(i.get("valid") for i in invariants),
+    }
