@@ -1,0 +1,71 @@
+from fixtures.sse import SSEParser, StreamRecorder
+
+
+def events(parser, *chunks):
+    out = []
+    for c in chunks:
+        out.extend(parser.feed(c))
+    out.extend(parser.close())
+    return out
+
+
+def test_events_split_anywhere_across_chunks():
+    raw = b'data: {"a": 1}\n\n: keep-alive\n\nevent: error\ndata: x\ndata: y\r\n\r\ndata: [DONE]\n\n'
+    for cut in range(len(raw)):
+        evs = events(SSEParser(), raw[:cut], raw[cut:])
+        assert [(e.event, e.data) for e in evs] == [
+            ("message", '{"a": 1}'), ("error", "x\ny"), ("message", "[DONE]")], cut
+
+
+def test_final_event_without_blank_line_still_counts():
+    assert [e.data for e in events(SSEParser(), b"data: last")] == ["last"]
+
+
+def test_invalid_utf8_and_unknown_fields_are_recorded():
+    p = SSEParser()
+    evs = events(p, b"data: \xff\xfe\n\nbogus: 1\n\n")
+    assert len(evs) == 1 and "\ufffd" in evs[0].data
+    assert any("invalid UTF-8" in x for x in p.problems)
+    assert any("unknown SSE field" in x for x in p.problems)
+
+
+def test_over_long_line_is_skipped_with_bounded_memory():
+    p = SSEParser(max_line=1000)
+    evs = list(p.feed(b"data: " + b"x" * 5000))
+    evs += list(p.feed(b"y" * 5000 + b"\n\ndata: ok\n\n"))
+    assert [e.data for e in evs] == ["ok"]
+    assert len(p._buf) < 1000 and any("longer than 1000" in x for x in p.problems)
+
+
+def recorded(*lines):
+    rec = StreamRecorder(start_ns=0)
+    p = SSEParser()
+    t = 0
+    for line in lines:
+        for ev in p.feed(line.encode() + b"\n\n"):
+            t += 1_000_000
+            rec.on_event(ev, t)
+    rec.add_problems(p.problems)
+    return rec.record
+
+
+def test_recorder_keeps_ids_text_finish_usage_and_timing():
+    r = recorded(
+        'data: {"id":"c1","choices":[{"text":"he","finish_reason":null}]}',
+        'data: {"id":"c1","choices":[{"delta":{"content":"llo"},"finish_reason":"length"}]}',
+        'data: {"id":"c1","choices":[],"usage":{"completion_tokens":2},"system_fingerprint":"fp"}',
+        "data: [DONE]")
+    assert r.ids == ["c1"] and r.text == "hello" and r.finish_reasons == ["length"]
+    assert r.done and r.usage == {"completion_tokens": 2} and r.system_fingerprint == "fp"
+    assert r.token_times_ns == [1_000_000, 2_000_000] and len(r.chunks) == 2
+
+
+def test_recorder_catches_error_events_malformed_data_and_bytes_after_done():
+    r = recorded('data: {"error": {"message": "engine died", "code": 500}}',
+                 "event: error\ndata: upstream reset",
+                 "data: {not json",
+                 "data: [DONE]",
+                 'data: {"id":"late"}')
+    assert len(r.errors) == 2 and "engine died" in r.errors[0]
+    assert r.malformed and "not JSON" in r.malformed[0]
+    assert r.done and r.after_done == 1
