@@ -45,3 +45,11 @@ def pids_alive(pids):
         except OSError:
             pass
     return alive
+
+
+def pytest_collection_modifyitems(items):
+    """No test of the suite's own may hang CI: each gets a 10-minute cap
+    (pytest-timeout), unless it sets its own."""
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(600))
