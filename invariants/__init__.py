@@ -1,10 +1,17 @@
 """Checkers over a history. Pure: no sockets, no processes, no exceptions out."""
 
 from .base import Checker, Result, RunContext, merge_valid, run_checker
+from .determinism import CanaryDeterminism
 from .no_silent_loss import NoSilentLoss
+from .slo import (Availability, ErrorRate, Goodput, LatencySLO, Recovery, RestartReadiness,
+                  SLOTargets)
 from .stream_wellformed import StreamWellFormed
+from .usage import UsageMatchesTokens
 
-DEFAULT_CHECKERS = (NoSilentLoss, StreamWellFormed)
+DEFAULT_CHECKERS = (NoSilentLoss, StreamWellFormed, UsageMatchesTokens, CanaryDeterminism,
+                    LatencySLO, Goodput, ErrorRate, Availability, Recovery, RestartReadiness)
 
-__all__ = ["Checker", "Result", "RunContext", "merge_valid", "run_checker",
-           "NoSilentLoss", "StreamWellFormed", "DEFAULT_CHECKERS"]
+__all__ = ["Checker", "Result", "RunContext", "merge_valid", "run_checker", "SLOTargets",
+           "NoSilentLoss", "StreamWellFormed", "UsageMatchesTokens", "CanaryDeterminism",
+           "LatencySLO", "Goodput", "ErrorRate", "Availability", "Recovery",
+           "RestartReadiness", "DEFAULT_CHECKERS"]

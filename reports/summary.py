@@ -10,7 +10,8 @@ SCHEMA_VERSION = 1
 
 def verdict_of(valids: Iterable[Any]) -> str:
     """pass only if every invariant is true; fail if any is false;
-    otherwise unknown (some invariant could not be judged)."""
+    otherwise unknown (some invariant could not be judged, or the harness
+    itself hit an error, which leaves the evidence incomplete)."""
     values = list(valids)
     if any(v is False for v in values):
         return "fail"
@@ -42,5 +43,6 @@ def build_summary(*, run_id: str, suite: str, started: str, ended: str,
         "faults": faults,
         "invariants": invariants,
         "errors": errors or [],
-        "verdict": verdict_of(i.get("valid") for i in invariants),
+        "verdict": verdict_of([i.get("valid") for i in invariants]
+                              + (["unknown"] if errors else [])),
     }

@@ -123,3 +123,30 @@ async def test_unreachable_node_is_recorded_as_fail(tmp_path):
     assert fails and len(fails) == h.counts["invoke"]
     assert all("connect failed (request not sent)" in o.error for o in fails)
     assert NoSilentLoss().check(history, RunContext()).valid is True
+
+
+async def test_closed_loop_keeps_one_request_per_client_in_flight(tmp_path):
+    app = web.Application()
+    app.router.add_post("/v1/completions", SCENARIOS["good"])
+    app.router.add_post("/v1/chat/completions", SCENARIOS["good"])
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_ports(1)[0]
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        h = History(tmp_path / "h.jsonl")
+        spec = WorkloadSpec(mode="closed", concurrency=3, duration_s=0.5, seed=4, stream_share=1.0)
+        await WorkloadRunner(spec, f"http://127.0.0.1:{port}", h).run()
+        h.close()
+    finally:
+        await runner.cleanup()
+    history = list(read_history(tmp_path / "h.jsonl"))
+    assert {o.process for o in history} == {"c0", "c1", "c2"}
+    open_now: set = set()
+    for o in history:  # never two requests of one client at once
+        if o.type == "invoke":
+            assert o.process not in open_now
+            open_now.add(o.process)
+        else:
+            open_now.remove(o.process)
+    assert not open_now and h.counts["ok"] == h.counts["invoke"] > 10

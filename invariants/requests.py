@@ -1,0 +1,88 @@
+"""One pass over a history that pairs each request's invoke with its
+completion and says which phase of the run it fell in.
+
+Phases come from the nemesis ops in the same history: a fault window runs
+from an ``inject``/begin op to the matching ``heal``/end op; the
+``after_s`` seconds after a heal are that heal's recovery window; the rest
+is steady state. A request belongs to the phase in which it was *invoked*
+(it met the cluster in that state). Memory: the requests in flight plus one
+small record per fault window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+from ordeal.history import NEMESIS, Op
+
+STEADY = "steady"
+
+
+@dataclass
+class Window:
+    label: str  # e.g. "process_kill@replica-1#1"
+    kind: str
+    target: str
+    start_ns: int
+    end_ns: int | None = None  # heal finished
+    heal_value: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Request:
+    invoke: Op
+    done: Op
+    phase: str  # "steady", "fault" or "after_heal"
+    window: str  # STEADY or the fault window's label
+
+    @property
+    def latency(self) -> dict[str, Any]:
+        return self.done.value
+
+
+class Timeline:
+    """Fault windows, built as the nemesis ops stream past."""
+
+    def __init__(self, after_s: float):
+        self.after_ns = int(after_s * 1e9)
+        self.windows: list[Window] = []
+        self._open: dict[str, Window] = {}
+        self._counts: dict[str, int] = {}
+
+    def on_nemesis(self, op: Op) -> None:
+        v = op.value
+        key = f"{v.get('kind')}@{v.get('target')}"
+        if op.f == "inject" and v.get("phase") == "begin":
+            self._counts[key] = self._counts.get(key, 0) + 1
+            w = Window(f"{key}#{self._counts[key]}", str(v.get("kind")), str(v.get("target")),
+                       op.time_ns)
+            self.windows.append(w)
+            self._open[key] = w
+        elif op.f == "heal" and v.get("phase") == "end" and key in self._open:
+            w = self._open.pop(key)
+            w.end_ns = op.time_ns
+            w.heal_value = dict(v)
+
+    def phase_at(self, t_ns: int) -> tuple[str, str]:
+        if self._open:
+            return "fault", next(reversed(self._open.values())).label
+        for w in reversed(self.windows):
+            if w.end_ns is not None and 0 <= t_ns - w.end_ns <= self.after_ns:
+                return "after_heal", w.label
+        return STEADY, STEADY
+
+
+def paired_requests(history: Iterable[Op], timeline: Timeline) -> Iterator[Request]:
+    """Yield each completed request once, in completion order. Unpaired ops
+    are no_silent_loss's business and are skipped here."""
+    open_ops: dict[Any, tuple[Op, str, str]] = {}
+    for op in history:
+        if op.process == NEMESIS:
+            timeline.on_nemesis(op)
+        elif op.type == "invoke":
+            open_ops[op.process] = (op, *timeline.phase_at(op.time_ns))
+        else:
+            entry = open_ops.pop(op.process, None)
+            if entry is not None:
+                yield Request(entry[0], op, entry[1], entry[2])

@@ -1,0 +1,163 @@
+"""SLO checkers: clean histories pass, planted violations are caught, and
+figures are split into steady state, fault windows and after-heal windows."""
+
+import pytest
+
+from invariants import RunContext
+from invariants.slo import (Availability, ErrorRate, Goodput, LatencySLO, Recovery,
+                            RestartReadiness, SLOTargets)
+from ordeal.config import ConfigError
+from ordeal.history import Op
+
+S = 1_000_000_000  # ns
+
+
+class H:
+    """Builds a history with explicit times (seconds)."""
+
+    def __init__(self):
+        self.ops = []
+        self.proc = 0
+
+    def _op(self, t, type, process, f, value=None, error=None):
+        self.ops.append(Op(len(self.ops), int(t * S), "w", type, process, f, value or {}, error))
+
+    def req(self, t, dur=0.1, type="ok", ttft=50.0, tpot=5.0, e2e=None, itl=(5.0, 5.0)):
+        self.proc += 1
+        self._op(t, "invoke", self.proc, "completions")
+        value = {} if type != "ok" else {"ttft_ms": ttft, "tpot_ms": tpot,
+                                          "e2e_ms": e2e if e2e is not None else dur * 1000,
+                                          "itl_ms": list(itl)}
+        self.ops.append(Op(len(self.ops), int((t + dur) * S), "w", type, self.proc,
+                           "completions", value, None if type == "ok" else "boom"))
+
+    def fault(self, t_inject, t_heal_end, ready_after=None, heal_error=None):
+        v = {"kind": "process_kill", "target": "replica-1"}
+        self._op(t_inject, "info", "nemesis", "inject", {**v, "phase": "begin"})
+        self._op(t_inject + 0.01, "info", "nemesis", "inject", {**v, "phase": "end"})
+        self._op(t_heal_end - 0.5, "info", "nemesis", "heal", {**v, "phase": "begin"})
+        end = {**v, "phase": "end"}
+        if ready_after is not None:
+            end.update(restarted=True, ready_after_s=ready_after)
+        self._op(t_heal_end, "info", "nemesis", "heal", end, heal_error)
+
+    def sorted(self):
+        return sorted(self.ops, key=lambda o: o.time_ns)
+
+
+def ctx(**kw):
+    return RunContext(extra={"slo": SLOTargets(**kw)})
+
+
+def run_with_fault(bad_after_heal_until=None):
+    h = H()
+    for i in range(100):
+        h.req(i * 0.1)  # steady, 0-10 s
+    h.fault(10, 20, ready_after=9.5)
+    for i in range(100):  # during the fault: a third fail
+        h.req(10 + i * 0.1, type="fail" if i % 3 == 0 else "ok")
+    for i in range(200):  # after the heal, 20-40 s
+        t = 20.05 + i * 0.1
+        slow = bad_after_heal_until is not None and t < bad_after_heal_until
+        h.req(t, ttft=5000.0 if slow else 50.0)
+    return h.sorted()
+
+
+def test_clean_run_with_a_fault_passes_every_slo_checker():
+    hist = run_with_fault()
+    c = ctx()
+    for checker in (LatencySLO(), Goodput(), ErrorRate(), Availability(), Recovery(),
+                    RestartReadiness()):
+        r = checker.check(hist, c)
+        assert r.valid is True, (checker.name, r.details)
+
+
+def test_figures_are_split_by_phase():
+    r = ErrorRate().check(run_with_fault(), ctx())
+    w = r.details["windows"]
+    assert w["steady"]["requests"] == 100 and w["steady"]["error_rate"] == 0
+    fault = w["process_kill@replica-1#1"]
+    assert fault["phase"] == "fault" and fault["requests"] == 100 and fault["fail"] == 34
+    assert w["after_heal:process_kill@replica-1#1"]["requests"] == 200
+
+
+def test_latency_percentiles_are_vllm_definitions_of_each_metric():
+    r = LatencySLO().check(run_with_fault(), ctx())
+    steady = r.details["windows"]["steady"]
+    assert steady["ttft_ms"]["p99"] == pytest.approx(50, rel=0.01)
+    assert steady["itl_ms"]["count"] == 200  # every gap of every stream
+    assert steady["e2e_ms"]["p50"] == pytest.approx(100, rel=0.01)
+
+
+def test_planted_slow_steady_state_is_caught():
+    h = H()
+    for i in range(100):
+        h.req(i * 0.1, ttft=3000.0 if i % 10 == 0 else 50.0)  # 10% over 2 s
+    r = LatencySLO().check(h.sorted(), ctx())
+    assert r.valid is False and "ttft_ms" in r.details["breaches"]
+    g = Goodput().check(h.sorted(), ctx())
+    assert g.valid is False and g.details["windows"]["steady"]["goodput"] == 0.9
+    assert g.counterexamples
+
+
+def test_planted_steady_errors_are_caught():
+    h = H()
+    for i in range(100):
+        h.req(i * 0.1, type="info" if i < 5 else "ok")
+    r = ErrorRate().check(h.sorted(), ctx())
+    assert r.valid is False and r.details["windows"]["steady"]["error_rate"] == 0.05
+
+
+def test_planted_outage_during_a_fault_is_caught():
+    h = H()
+    h.req(0)
+    h.fault(1, 5)
+    for i in range(20):
+        h.req(1.1 + i * 0.1, type="fail" if i < 15 else "ok")
+    r = Availability().check(h.sorted(), ctx())
+    assert r.valid is False and r.details["below"] == ["process_kill@replica-1#1"]
+
+
+def test_slow_recovery_is_caught_and_timed():
+    r = Recovery().check(run_with_fault(bad_after_heal_until=35), ctx(recovery_bound_s=10))
+    w = r.details["windows"]["process_kill@replica-1#1"]
+    assert r.valid is False and w["recovered"] is False and 14 < w["recovery_s"] < 16
+    r = Recovery().check(run_with_fault(bad_after_heal_until=25), ctx(recovery_bound_s=10))
+    w = r.details["windows"]["process_kill@replica-1#1"]
+    assert r.valid is True and 4 < w["recovery_s"] < 6
+
+
+def test_no_traffic_after_heal_is_unknown_and_unhealed_is_false():
+    h = H()
+    h.req(0)
+    h.fault(1, 5)
+    assert Recovery().check(h.sorted(), ctx()).valid == "unknown"
+    h2 = H()
+    h2.req(0)
+    h2._op(1, "info", "nemesis", "inject", {"kind": "process_kill", "target": "r",
+                                            "phase": "begin"})
+    assert Recovery().check(h2.sorted(), ctx()).valid is False
+
+
+def test_slow_or_failed_restart_is_caught():
+    h = H()
+    h.fault(1, 300, ready_after=299)
+    assert RestartReadiness().check(h.sorted(), ctx()).valid is False
+    h = H()
+    h.fault(1, 5, heal_error="NodeNotReady: replica-1 is not ready")
+    r = RestartReadiness().check(h.sorted(), ctx())
+    assert r.valid is False and "NodeNotReady" in r.counterexamples[0]["error"]
+    assert RestartReadiness().check([], ctx()).valid == "unknown"
+
+
+def test_slo_file(tmp_path):
+    f = tmp_path / "slo.toml"
+    f.write_text("[slo]\nttft_ms = 800\nmin_goodput = 0.99\n")
+    t = SLOTargets.from_file(f)
+    assert t.ttft_ms == 800 and t.min_goodput == 0.99 and t.e2e_ms == SLOTargets().e2e_ms
+    f.write_text("[slo]\nttft = 800\n")
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['ttft'\]"):
+        SLOTargets.from_file(f)
+    f.write_text("[slo\n")
+    with pytest.raises(ConfigError, match="cannot read it as TOML"):
+        SLOTargets.from_file(f)
