@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, Protocol
+from typing import Any, Iterable, Literal, Protocol, Sequence
 
 from ordeal.history import Op
 
@@ -50,6 +50,30 @@ class Checker(Protocol):
     def check(self, history: Iterable[Op], ctx: RunContext) -> Result: ...
 
 
+class StreamingChecker:
+    """Base of every checker: ``start``, then ``feed`` each op once, then
+    ``result``. Feeding makes one pass serve all checkers (``check_all``)
+    and lets a long run be judged while it goes; ``check`` is the one-call
+    form for a whole history."""
+
+    name = "checker"
+
+    def start(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+
+    def feed(self, op: Op) -> None:
+        raise NotImplementedError
+
+    def result(self) -> Result:
+        raise NotImplementedError
+
+    def check(self, history: Iterable[Op], ctx: RunContext) -> Result:
+        self.start(ctx)
+        for op in history:
+            self.feed(op)
+        return self.result()
+
+
 def op_brief(op: Op) -> dict[str, Any]:
     """A counterexample entry: enough to find the op in history.jsonl."""
     return {"index": op.index, "type": op.type, "process": op.process, "f": op.f,
@@ -66,14 +90,50 @@ def merge_valid(values: Iterable[Validity]) -> Validity:
     return "unknown" if seen_unknown else True
 
 
+def _crashed(checker: object, e: BaseException) -> Result:
+    return Result(
+        name=getattr(checker, "name", type(checker).__name__),
+        valid="unknown",
+        details={"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()},
+    )
+
+
+def check_all(checkers: Sequence[StreamingChecker], history: Iterable[Op],
+              ctx: RunContext) -> list[Result]:
+    """Judge ``history`` with every checker in one pass. A checker that
+    raises is set aside with an "unknown" result carrying its error; the
+    others go on."""
+    live: list[StreamingChecker] = []
+    failed: dict[int, Result] = {}
+    for i, c in enumerate(checkers):
+        try:
+            c.start(ctx)
+            live.append(c)
+        except Exception as e:  # noqa: BLE001
+            failed[i] = _crashed(c, e)
+    for op in history:
+        for c in list(live):
+            try:
+                c.feed(op)
+            except Exception as e:  # noqa: BLE001
+                failed[checkers.index(c)] = _crashed(c, e)
+                live.remove(c)
+    results = []
+    for i, c in enumerate(checkers):
+        if i in failed:
+            results.append(failed[i])
+            continue
+        try:
+            results.append(c.result())
+        except Exception as e:  # noqa: BLE001
+            results.append(_crashed(c, e))
+    return results
+
+
 def run_checker(checker: Checker, history: Iterable[Op], ctx: RunContext) -> Result:
     """Run one checker; an exception inside it becomes an "unknown" result
     carrying the error, never a crash of the harness."""
     try:
         return checker.check(history, ctx)
     except Exception as e:  # noqa: BLE001 - the point is to contain anything
-        return Result(
-            name=getattr(checker, "name", type(checker).__name__),
-            valid="unknown",
-            details={"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()},
-        )
+        return _crashed(checker, e)

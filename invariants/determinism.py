@@ -10,53 +10,58 @@ through the router (tests/test_real_cluster.py), so the default is exact.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
 from ordeal.history import NEMESIS, Op
 
-from .base import MAX_COUNTEREXAMPLES, Result, RunContext, op_brief
+from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 
 
-class CanaryDeterminism:
+class CanaryDeterminism(StreamingChecker):
     name = "canary_determinism"
 
-    def check(self, history: Iterable[Op], ctx: RunContext) -> Result:
-        k = ctx.extra.get("determinism_prefix_tokens")
-        prompts: dict[Any, str] = {}
-        golden: dict[str, dict[str, Any]] = {}
-        counts = {"canaries": 0, "matched": 0, "differed": 0}
-        examples: list[dict[str, Any]] = []
-        for op in history:
-            if op.process == NEMESIS:
-                continue
-            if op.type == "invoke":
-                if op.value.get("canary"):
-                    prompts[op.process] = str(op.value.get("prompt"))
-                continue
-            prompt = prompts.pop(op.process, None)
-            if prompt is None or op.type != "ok" or "text" not in op.value:
-                continue
-            counts["canaries"] += 1
-            answer = {"text": op.value["text"], "token_ids": op.value.get("token_ids"),
-                      "index": op.index, "node": op.value.get("node")}
-            base = golden.setdefault(prompt, answer)
-            if base is answer:
-                continue
-            if self._same(base, answer, k):
-                counts["matched"] += 1
-            else:
-                counts["differed"] += 1
-                if len(examples) < MAX_COUNTEREXAMPLES:
-                    examples.append({"prompt": prompt, "golden": base["text"][:200],
-                                     "golden_index": base["index"], "got": answer["text"][:200],
-                                     "node": answer["node"], **op_brief(op)})
-        tolerance = ("exact text" if not k else f"first {k} token ids")
-        details = {**counts, "prompts": len(golden), "tolerance": tolerance,
+    def start(self, ctx: RunContext) -> None:
+        super().start(ctx)
+        self.k = ctx.extra.get("determinism_prefix_tokens")
+        self.prompts: dict[Any, str] = {}
+        self.golden: dict[str, dict[str, Any]] = {}
+        self.counts = {"canaries": 0, "matched": 0, "differed": 0}
+        self.examples: list[dict[str, Any]] = []
+
+    def feed(self, op: Op) -> None:
+        if op.process == NEMESIS:
+            return
+        if op.type == "invoke":
+            if op.value.get("canary"):
+                self.prompts[op.process] = str(op.value.get("prompt"))
+            return
+        prompt = self.prompts.pop(op.process, None)
+        if prompt is None or op.type != "ok" or "text" not in op.value:
+            return
+        self.counts["canaries"] += 1
+        answer = {"text": op.value["text"], "token_ids": op.value.get("token_ids"),
+                  "index": op.index, "node": op.value.get("node")}
+        base = self.golden.setdefault(prompt, answer)
+        if base is answer:
+            return
+        if self._same(base, answer, self.k):
+            self.counts["matched"] += 1
+        else:
+            self.counts["differed"] += 1
+            if len(self.examples) < MAX_COUNTEREXAMPLES:
+                self.examples.append({"prompt": prompt, "golden": base["text"][:200],
+                                      "golden_index": base["index"],
+                                      "got": answer["text"][:200], "node": answer["node"],
+                                      **op_brief(op)})
+
+    def result(self) -> Result:
+        tolerance = "exact text" if not self.k else f"first {self.k} token ids"
+        details = {**self.counts, "prompts": len(self.golden), "tolerance": tolerance,
                    "why": "greedy output of this engine measured identical under load"
-                          if not k else "engine not batch invariant; prefix compared"}
-        if counts["differed"]:
-            return Result(self.name, False, details, examples)
-        return Result(self.name, True if counts["matched"] else "unknown", details)
+                          if not self.k else "engine not batch invariant; prefix compared"}
+        if self.counts["differed"]:
+            return Result(self.name, False, details, self.examples)
+        return Result(self.name, True if self.counts["matched"] else "unknown", details)
 
     @staticmethod
     def _same(a: dict[str, Any], b: dict[str, Any], k: int | None) -> bool:

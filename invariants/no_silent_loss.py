@@ -12,49 +12,52 @@ flight (Jepsen's rule), so memory is bounded by concurrency.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any
 
 from ordeal.history import NEMESIS, Op
 
-from .base import MAX_COUNTEREXAMPLES, Result, RunContext, op_brief
+from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 
 
-class NoSilentLoss:
+class NoSilentLoss(StreamingChecker):
     name = "no_silent_loss"
 
-    def check(self, history: Iterable[Op], ctx: RunContext) -> Result:
-        open_ops: dict[int | str, Op] = {}
-        problems: list[dict] = []
-        counts = {"invoked": 0, "completed": 0, "never_completed": 0,
-                  "completion_without_invoke": 0, "invoke_while_open": 0}
+    def start(self, ctx: RunContext) -> None:
+        super().start(ctx)
+        self.open_ops: dict[int | str, Op] = {}
+        self.problems: list[dict[str, Any]] = []
+        self.counts = {"invoked": 0, "completed": 0, "never_completed": 0,
+                       "completion_without_invoke": 0, "invoke_while_open": 0}
 
-        def problem(kind: str, op: Op) -> None:
-            counts[kind] += 1
-            if len(problems) < MAX_COUNTEREXAMPLES:
-                problems.append({"problem": kind, **op_brief(op)})
+    def _problem(self, kind: str, op: Op) -> None:
+        self.counts[kind] += 1
+        if len(self.problems) < MAX_COUNTEREXAMPLES:
+            self.problems.append({"problem": kind, **op_brief(op)})
 
-        for op in history:
-            if op.process == NEMESIS:
-                continue
-            if op.type == "invoke":
-                counts["invoked"] += 1
-                if op.process in open_ops:
-                    # The earlier request of this process never completed.
-                    problem("invoke_while_open", open_ops[op.process])
-                open_ops[op.process] = op
-            else:
-                if open_ops.pop(op.process, None) is None:
-                    problem("completion_without_invoke", op)
-                else:
-                    counts["completed"] += 1
-        for op in open_ops.values():
-            problem("never_completed", op)
+    def feed(self, op: Op) -> None:
+        if op.process == NEMESIS:
+            return
+        if op.type == "invoke":
+            self.counts["invoked"] += 1
+            if op.process in self.open_ops:
+                # The earlier request of this process never completed.
+                self._problem("invoke_while_open", self.open_ops[op.process])
+            self.open_ops[op.process] = op
+        elif self.open_ops.pop(op.process, None) is None:
+            self._problem("completion_without_invoke", op)
+        else:
+            self.counts["completed"] += 1
 
-        bad = sum(v for k, v in counts.items() if k not in ("invoked", "completed"))
+    def result(self) -> Result:
+        for op in self.open_ops.values():
+            self._problem("never_completed", op)
+        self.open_ops = {}
+        bad = sum(v for k, v in self.counts.items() if k not in ("invoked", "completed"))
         if bad:
-            valid = False
-        elif counts["invoked"] == 0:
+            valid: bool | str = False
+        elif self.counts["invoked"] == 0:
             valid = "unknown"  # nothing was sent: there is nothing to vouch for
         else:
             valid = True
-        return Result(self.name, valid, details=counts, counterexamples=problems)
+        return Result(self.name, valid, details=dict(self.counts),
+                      counterexamples=self.problems)

@@ -73,16 +73,29 @@ class Timeline:
         return STEADY, STEADY
 
 
-def paired_requests(history: Iterable[Op], timeline: Timeline) -> Iterator[Request]:
-    """Yield each completed request once, in completion order. Unpaired ops
-    are no_silent_loss's business and are skipped here."""
-    open_ops: dict[Any, tuple[Op, str, str]] = {}
-    for op in history:
+class RequestPairer:
+    """Feed ops; get back each completed request once, with its phase.
+    Unpaired ops are no_silent_loss's business and are skipped here."""
+
+    def __init__(self, timeline: Timeline):
+        self.timeline = timeline
+        self._open: dict[Any, tuple[Op, str, str]] = {}
+
+    def feed(self, op: Op) -> Request | None:
         if op.process == NEMESIS:
-            timeline.on_nemesis(op)
+            self.timeline.on_nemesis(op)
         elif op.type == "invoke":
-            open_ops[op.process] = (op, *timeline.phase_at(op.time_ns))
+            self._open[op.process] = (op, *self.timeline.phase_at(op.time_ns))
         else:
-            entry = open_ops.pop(op.process, None)
+            entry = self._open.pop(op.process, None)
             if entry is not None:
-                yield Request(entry[0], op, entry[1], entry[2])
+                return Request(entry[0], op, entry[1], entry[2])
+        return None
+
+
+def paired_requests(history: Iterable[Op], timeline: Timeline) -> Iterator[Request]:
+    pairer = RequestPairer(timeline)
+    for op in history:
+        req = pairer.feed(op)
+        if req is not None:
+            yield req

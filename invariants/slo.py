@@ -14,14 +14,14 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ordeal.config import ConfigError
 from ordeal.history import Op
 
-from .base import MAX_COUNTEREXAMPLES, Result, RunContext, op_brief
+from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 from .histogram import LatencyHistogram
-from .requests import STEADY, Request, Timeline, paired_requests
+from .requests import STEADY, Request, RequestPairer, Timeline
 
 METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 
@@ -74,10 +74,12 @@ def meets_slo(req: Request, t: SLOTargets) -> bool:
 
 
 class _Groups:
-    """Figures per window label (steady, each fault, each after-heal)."""
+    """Figures per window label (steady, each fault, each after-heal).
+    Latency histograms only where asked for: they are the costly part."""
 
-    def __init__(self) -> None:
+    def __init__(self, latencies: bool = False) -> None:
         self.groups: dict[str, dict[str, Any]] = {}
+        self.latencies = latencies
 
     def get(self, req: Request) -> dict[str, Any]:
         key = req.window if req.phase != "after_heal" else f"after_heal:{req.window}"
@@ -85,7 +87,8 @@ class _Groups:
         if g is None:
             g = self.groups[key] = {"phase": req.phase, "requests": 0, "ok": 0, "fail": 0,
                                     "info": 0, "good": 0,
-                                    "hist": {m: LatencyHistogram() for m in METRICS}}
+                                    "hist": {m: LatencyHistogram() for m in METRICS}
+                                    if self.latencies else {}}
         return g
 
     def add(self, req: Request, t: SLOTargets) -> dict[str, Any]:
@@ -94,7 +97,7 @@ class _Groups:
         g[req.done.type] += 1
         if meets_slo(req, t):
             g["good"] += 1
-        if req.done.type == "ok":
+        if req.done.type == "ok" and self.latencies:
             v = req.done.value
             for m in METRICS:
                 val = v.get(m)
@@ -113,103 +116,113 @@ class _Groups:
                 "info": g["info"],
                 "goodput": round(g["good"] / n, 4) if n else None,
                 "error_rate": round((g["fail"] + g["info"]) / n, 4) if n else None,
-                **{m: g["hist"][m].summary() for m in METRICS},
+                **{m: g["hist"][m].summary() for m in METRICS if m in g["hist"]},
             }
         return out
 
 
-def _collect(history: Iterable[Op], ctx: RunContext) -> tuple[_Groups, Timeline, list[Request]]:
-    t = targets(ctx)
-    timeline = Timeline(t.after_heal_s)
-    groups = _Groups()
-    bad_steady: list[Request] = []
-    for req in paired_requests(history, timeline):
-        groups.add(req, t)
-        if req.phase == "steady" and not meets_slo(req, t) and len(bad_steady) < MAX_COUNTEREXAMPLES:
-            bad_steady.append(req)
-    return groups, timeline, bad_steady
+class _PhasedChecker(StreamingChecker):
+    """Shared feed: pair requests, split by phase, keep figures per window."""
+
+    latencies = False  # keep latency histograms per window
+
+    def start(self, ctx: RunContext) -> None:
+        super().start(ctx)
+        self.t = targets(ctx)
+        self.timeline = Timeline(self.t.after_heal_s)
+        self.pairer = RequestPairer(self.timeline)
+        self.groups = _Groups(self.latencies)
+        self.bad_steady: list[Request] = []
+
+    def feed(self, op: Op) -> None:
+        req = self.pairer.feed(op)
+        if req is None:
+            return
+        self.groups.add(req, self.t)
+        if (req.phase == STEADY and not meets_slo(req, self.t)
+                and len(self.bad_steady) < MAX_COUNTEREXAMPLES):
+            self.bad_steady.append(req)
 
 
-class LatencySLO:
+class LatencySLO(_PhasedChecker):
     name = "slo_latency"
+    latencies = True
 
-    def check(self, history: Iterable[Op], ctx: RunContext) -> Result:
-        t = targets(ctx)
-        groups, _, _ = _collect(history, ctx)
+    def result(self) -> Result:
+        t, groups = self.t, self.groups
         figures = groups.figures()
         steady = figures.get(STEADY)
-        details: dict[str, Any] = {"targets": {m: getattr(t, m) for m in ("ttft_ms", "tpot_ms", "e2e_ms")},
-                                   "percentile": t.percentile, "windows": figures}
+        details: dict[str, Any] = {
+            "targets": {m: getattr(t, m) for m in ("ttft_ms", "tpot_ms", "e2e_ms")},
+            "percentile": t.percentile, "windows": figures}
         if not steady or not steady["ok"]:
-            return Result(self.name, "unknown", {**details, "why": "no successful steady-state request"})
+            return Result(self.name, "unknown",
+                          {**details, "why": "no successful steady-state request"})
         breaches = {}
         for m in ("ttft_ms", "tpot_ms", "e2e_ms"):
             h = groups.groups[STEADY]["hist"][m]
-            if h.count:
-                v = h.quantile(t.percentile / 100)
-                if v is not None and v > getattr(t, m):
-                    breaches[m] = {"p": t.percentile, "value": round(v, 3), "target": getattr(t, m)}
+            v = h.quantile(t.percentile / 100) if h.count else None
+            if v is not None and v > getattr(t, m):
+                breaches[m] = {"p": t.percentile, "value": round(v, 3), "target": getattr(t, m)}
         details["breaches"] = breaches
         return Result(self.name, not breaches, details)
 
 
-class Goodput:
+class Goodput(_PhasedChecker):
     name = "goodput"
 
-    def check(self, history: Iterable[Op], ctx: RunContext) -> Result:
-        t = targets(ctx)
-        groups, _, bad = _collect(history, ctx)
+    def result(self) -> Result:
         figures = {k: {"phase": v["phase"], "requests": v["requests"], "goodput": v["goodput"]}
-                   for k, v in groups.figures().items()}
+                   for k, v in self.groups.figures().items()}
         steady = figures.get(STEADY)
-        details = {"min_goodput": t.min_goodput, "windows": figures}
+        details = {"min_goodput": self.t.min_goodput, "windows": figures}
         if not steady or not steady["requests"]:
             return Result(self.name, "unknown", {**details, "why": "no steady-state request"})
-        ok = steady["goodput"] >= t.min_goodput
+        ok = steady["goodput"] >= self.t.min_goodput
         return Result(self.name, ok, details,
-                      [] if ok else [{"problem": "missed an SLO", **op_brief(r.done)} for r in bad])
+                      [] if ok else [{"problem": "missed an SLO", **op_brief(r.done)}
+                                     for r in self.bad_steady])
 
 
-class ErrorRate:
+class ErrorRate(_PhasedChecker):
     name = "error_rate"
 
-    def check(self, history: Iterable[Op], ctx: RunContext) -> Result:
-        t = targets(ctx)
-        groups, _, bad = _collect(history, ctx)
+    def result(self) -> Result:
         figures = {k: {"phase": v["phase"], "requests": v["requests"], "fail": v["fail"],
                        "info": v["info"], "error_rate": v["error_rate"]}
-                   for k, v in groups.figures().items()}
+                   for k, v in self.groups.figures().items()}
         steady = figures.get(STEADY)
-        details = {"max_error_rate": t.max_error_rate, "windows": figures}
+        details = {"max_error_rate": self.t.max_error_rate, "windows": figures}
         if not steady or not steady["requests"]:
             return Result(self.name, "unknown", {**details, "why": "no steady-state request"})
-        ok = steady["error_rate"] <= t.max_error_rate
-        examples = [op_brief(r.done) for r in bad if r.done.type != "ok"]
+        ok = steady["error_rate"] <= self.t.max_error_rate
+        examples = [op_brief(r.done) for r in self.bad_steady if r.done.type != "ok"]
         return Result(self.name, ok, details, [] if ok else examples)
 
 
-class Availability:
+class Availability(_PhasedChecker):
     """Inside each fault window, the share of requests that still succeeded:
     what a cluster with a spare replica should keep up while one is down."""
 
     name = "availability"
 
-    def check(self, history: Iterable[Op], ctx: RunContext) -> Result:
-        t = targets(ctx)
-        groups, timeline, _ = _collect(history, ctx)
+    def result(self) -> Result:
         per_window = {k: {"requests": v["requests"], "ok": v["ok"],
-                          "availability": round(v["ok"] / v["requests"], 4) if v["requests"] else None}
-                      for k, v in groups.figures().items() if v["phase"] == "fault"}
-        details = {"min_availability": t.min_availability, "windows": per_window,
-                   "fault_windows": len(timeline.windows)}
+                          "availability": round(v["ok"] / v["requests"], 4)
+                          if v["requests"] else None}
+                      for k, v in self.groups.figures().items() if v["phase"] == "fault"}
+        details = {"min_availability": self.t.min_availability, "windows": per_window,
+                   "fault_windows": len(self.timeline.windows)}
         if not per_window:
-            return Result(self.name, "unknown", {**details, "why": "no request during a fault window"})
-        low = {k: v for k, v in per_window.items() if v["availability"] < t.min_availability}
+            return Result(self.name, "unknown",
+                          {**details, "why": "no request during a fault window"})
+        low = {k: v for k, v in per_window.items()
+               if v["availability"] < self.t.min_availability}
         details["below"] = sorted(low)
         return Result(self.name, not low, details)
 
 
-class Recovery:
+class Recovery(StreamingChecker):
     """After each heal: how long until the SLO holds again. Recovery time is
     from the end of the heal to the completion of the last request (invoked
     after the heal, within the after-heal window) that failed or missed the
@@ -218,62 +231,76 @@ class Recovery:
 
     name = "recovery"
 
-    def check(self, history: Iterable[Op], ctx: RunContext) -> Result:
-        t = targets(ctx)
-        timeline = Timeline(t.after_heal_s)
-        last_bad: dict[str, int] = {}
-        seen: dict[str, int] = {}
-        for req in paired_requests(history, timeline):
-            if req.phase != "after_heal":
-                continue
-            seen[req.window] = seen.get(req.window, 0) + 1
-            if not meets_slo(req, t):
-                last_bad[req.window] = max(last_bad.get(req.window, 0), req.done.time_ns)
+    def start(self, ctx: RunContext) -> None:
+        super().start(ctx)
+        self.t = targets(ctx)
+        self.timeline = Timeline(self.t.after_heal_s)
+        self.pairer = RequestPairer(self.timeline)
+        self.last_bad: dict[str, int] = {}
+        self.seen: dict[str, int] = {}
+
+    def feed(self, op: Op) -> None:
+        req = self.pairer.feed(op)
+        if req is None or req.phase != "after_heal":
+            return
+        self.seen[req.window] = self.seen.get(req.window, 0) + 1
+        if not meets_slo(req, self.t):
+            self.last_bad[req.window] = max(self.last_bad.get(req.window, 0), req.done.time_ns)
+
+    def result(self) -> Result:
+        t = self.t
         out: dict[str, Any] = {}
         valid: bool | str = True
-        for w in timeline.windows:
+        for w in self.timeline.windows:
             if w.end_ns is None:
                 out[w.label] = {"recovered": False, "why": "never healed"}
                 valid = False
                 continue
-            if not seen.get(w.label):
+            if not self.seen.get(w.label):
                 out[w.label] = {"recovered": None, "why": "no request after the heal"}
                 if valid is True:
                     valid = "unknown"
                 continue
-            rec_s = max(0.0, (last_bad.get(w.label, w.end_ns) - w.end_ns) / 1e9)
+            rec_s = max(0.0, (self.last_bad.get(w.label, w.end_ns) - w.end_ns) / 1e9)
             recovered = rec_s <= min(t.recovery_bound_s, 0.75 * t.after_heal_s)
             out[w.label] = {"recovered": recovered, "recovery_s": round(rec_s, 3),
-                            "requests_after_heal": seen[w.label]}
+                            "requests_after_heal": self.seen[w.label]}
             if not recovered:
                 valid = False
         details = {"recovery_bound_s": t.recovery_bound_s, "after_heal_s": t.after_heal_s,
                    "windows": out}
-        if not timeline.windows:
+        if not self.timeline.windows:
             return Result(self.name, "unknown", {**details, "why": "no fault was healed"})
         return Result(self.name, valid, details)
 
 
-class RestartReadiness:
+class RestartReadiness(StreamingChecker):
     """A node killed and restarted must serve again within the bound; the
     heal's ``ready_after_s`` is measured by the fault itself (start to
     /health 200)."""
 
     name = "restart_readiness"
 
-    def check(self, history: Iterable[Op], ctx: RunContext) -> Result:
-        t = targets(ctx)
-        restarts = []
-        for op in history:
-            if op.f == "heal" and op.value.get("phase") == "end" and op.value.get("restarted"):
-                restarts.append({"target": op.value.get("target"),
-                                 "ready_after_s": op.value.get("ready_after_s"), "index": op.index})
-            elif op.f == "heal" and op.value.get("phase") == "end" and op.error:
-                restarts.append({"target": op.value.get("target"), "ready_after_s": None,
-                                 "index": op.index, "error": op.error})
-        details = {"restart_bound_s": t.restart_bound_s, "restarts": restarts}
-        if not restarts:
+    def start(self, ctx: RunContext) -> None:
+        super().start(ctx)
+        self.t = targets(ctx)
+        self.restarts: list[dict[str, Any]] = []
+
+    def feed(self, op: Op) -> None:
+        if op.f != "heal" or op.value.get("phase") != "end":
+            return
+        if op.value.get("restarted"):
+            self.restarts.append({"target": op.value.get("target"),
+                                  "ready_after_s": op.value.get("ready_after_s"),
+                                  "index": op.index})
+        elif op.error:
+            self.restarts.append({"target": op.value.get("target"), "ready_after_s": None,
+                                  "index": op.index, "error": op.error})
+
+    def result(self) -> Result:
+        details = {"restart_bound_s": self.t.restart_bound_s, "restarts": self.restarts}
+        if not self.restarts:
             return Result(self.name, "unknown", {**details, "why": "no restart happened"})
-        late = [r for r in restarts
-                if r["ready_after_s"] is None or r["ready_after_s"] > t.restart_bound_s]
+        late = [r for r in self.restarts
+                if r["ready_after_s"] is None or r["ready_after_s"] > self.t.restart_bound_s]
         return Result(self.name, not late, details, late[:MAX_COUNTEREXAMPLES])

@@ -17,11 +17,11 @@ are not JSON). The parser records facts; this checker judges them:
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
 from ordeal.history import NEMESIS, Op
 
-from .base import MAX_COUNTEREXAMPLES, Result, RunContext, op_brief
+from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 
 
 def stream_problems(op: Op, stream: dict[str, Any]) -> list[str]:
@@ -45,31 +45,37 @@ def stream_problems(op: Op, stream: dict[str, Any]) -> list[str]:
     return found
 
 
-class StreamWellFormed:
+class StreamWellFormed(StreamingChecker):
     name = "stream_wellformed"
 
-    def check(self, history: Iterable[Op], ctx: RunContext) -> Result:
-        counts = {"streams": 0, "ok_streams": 0, "malformed_streams": 0, "mid_stream_errors": 0}
-        examples: list[dict] = []
-        for op in history:
-            if op.process == NEMESIS or op.type == "invoke":
-                continue
-            stream = op.value.get("stream")
-            if not isinstance(stream, dict):
-                continue
-            counts["streams"] += 1
-            if op.type == "ok":
-                counts["ok_streams"] += 1
-            if stream.get("errors"):
-                counts["mid_stream_errors"] += 1
-            found = stream_problems(op, stream)
-            if found:
-                counts["malformed_streams"] += 1
-                if len(examples) < MAX_COUNTEREXAMPLES:
-                    examples.append({"problems": found, **op_brief(op)})
-        if counts["ok_streams"] == 0:
+    def start(self, ctx: RunContext) -> None:
+        super().start(ctx)
+        self.counts = {"streams": 0, "ok_streams": 0, "malformed_streams": 0,
+                       "mid_stream_errors": 0}
+        self.examples: list[dict[str, Any]] = []
+
+    def feed(self, op: Op) -> None:
+        if op.process == NEMESIS or op.type == "invoke":
+            return
+        stream = op.value.get("stream")
+        if not isinstance(stream, dict):
+            return
+        self.counts["streams"] += 1
+        if op.type == "ok":
+            self.counts["ok_streams"] += 1
+        if stream.get("errors"):
+            self.counts["mid_stream_errors"] += 1
+        found = stream_problems(op, stream)
+        if found:
+            self.counts["malformed_streams"] += 1
+            if len(self.examples) < MAX_COUNTEREXAMPLES:
+                self.examples.append({"problems": found, **op_brief(op)})
+
+    def result(self) -> Result:
+        c = self.counts
+        if c["ok_streams"] == 0:
             # No successful stream: nothing proves streams are well formed.
-            valid = False if counts["malformed_streams"] else "unknown"
+            valid: bool | str = False if c["malformed_streams"] else "unknown"
         else:
-            valid = counts["malformed_streams"] == 0
-        return Result(self.name, valid, details=counts, counterexamples=examples)
+            valid = c["malformed_streams"] == 0
+        return Result(self.name, valid, details=dict(c), counterexamples=self.examples)

@@ -30,23 +30,33 @@ def test_a_torn_final_line_is_reported_not_silently_dropped(tmp_path):
         h.append("invoke", 1, "completions")
     with path.open("a") as f:
         f.write('{"index": 1, "time_ns": 5, "wall": "x", "ty')  # the crash
-    with pytest.raises(HistoryError, match="torn|not a valid op"):
+    with pytest.raises(HistoryError, match=r":2: torn final line"):
         list(read_history(path))
-    torn = []
-    ops = list(read_history(path, on_torn_tail=torn.append))
-    assert len(ops) == 1 and len(torn) == 1 and "torn final line" in torn[0]
+    problems = []
+    ops = list(read_history(path, on_error=problems.append))
+    assert len(ops) == 1 and len(problems) == 1 and "torn final line" in problems[0]
 
 
-def test_a_damaged_line_in_the_middle_is_rejected_with_its_line_number(tmp_path):
+def test_a_corrupt_line_is_named_and_the_rest_is_still_read(tmp_path):
     path = tmp_path / "history.jsonl"
     with History(path) as h:
-        h.append("invoke", 1, "completions")
-        h.append("ok", 1, "completions")
+        for p in range(3):
+            h.append("invoke", p, "completions")
     lines = path.read_text().splitlines()
-    lines[0] = lines[0].replace('"invoke"', '"bogus"')
+    lines[1] = lines[1][:20] + "\x00garbage"
     path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(HistoryError, match=r":1: not a valid op"):
-        list(read_history(path, on_torn_tail=lambda _: None))
+    with pytest.raises(HistoryError, match=r"history.jsonl:2: not a valid op"):
+        list(read_history(path))
+    problems = []
+    ops = list(read_history(path, on_error=problems.append))
+    assert [o.process for o in ops] == [0, 2] and ":2: not a valid op" in problems[0]
+
+
+def test_an_older_format_is_named_as_such(tmp_path):
+    path = tmp_path / "history.jsonl"
+    path.write_text('{"type": "invoke", "process": 1, "f": "x", "time": 5}\n')
+    with pytest.raises(HistoryError, match=r":1: .*missing \['index', 'time_ns', 'wall'\].*older"):
+        list(read_history(path))
 
 
 def test_a_closed_history_refuses_new_ops(tmp_path):

@@ -103,3 +103,25 @@ def test_a_crashing_checker_gives_unknown_with_the_error():
 
     r = run_checker(Broken(), [], CTX)
     assert r.valid == "unknown" and "ZeroDivisionError: oops" in r.details["error"]
+
+
+def test_one_pass_gives_the_same_results_and_contains_a_crash():
+    from invariants.base import StreamingChecker, check_all
+
+    class Explodes(StreamingChecker):
+        name = "explodes"
+
+        def feed(self, op):
+            if op.index == 2:
+                raise KeyError("boom")
+
+        def result(self):
+            raise AssertionError("never reached")
+
+    h = ops(("invoke", 1, None), ("ok", 1, good_stream()), ("invoke", 2, None),
+            ("ok", 2, good_stream(finish_reasons=[])))
+    results = check_all([NoSilentLoss(), Explodes(), StreamWellFormed()], iter(h), CTX)
+    assert [r.name for r in results] == ["no_silent_loss", "explodes", "stream_wellformed"]
+    assert results[0].to_dict() == NoSilentLoss().check(h, CTX).to_dict()
+    assert results[2].to_dict() == StreamWellFormed().check(h, CTX).to_dict()
+    assert results[1].valid == "unknown" and "KeyError" in results[1].details["error"]
