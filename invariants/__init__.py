@@ -3,15 +3,18 @@
 from .base import Checker, Result, RunContext, merge_valid, run_checker
 from .determinism import CanaryDeterminism
 from .no_silent_loss import NoSilentLoss
+from .node_health import CountersMonotonic, HealthTruthful, LeakBound
 from .slo import (Availability, ErrorRate, Goodput, LatencySLO, Recovery, RestartReadiness,
                   SLOTargets)
 from .stream_wellformed import StreamWellFormed
 from .usage import UsageMatchesTokens
 
 DEFAULT_CHECKERS = (NoSilentLoss, StreamWellFormed, UsageMatchesTokens, CanaryDeterminism,
-                    LatencySLO, Goodput, ErrorRate, Availability, Recovery, RestartReadiness)
+                    LatencySLO, Goodput, ErrorRate, Availability, Recovery, RestartReadiness,
+                    HealthTruthful, CountersMonotonic, LeakBound)
 
 __all__ = ["Checker", "Result", "RunContext", "merge_valid", "run_checker", "SLOTargets",
            "NoSilentLoss", "StreamWellFormed", "UsageMatchesTokens", "CanaryDeterminism",
            "LatencySLO", "Goodput", "ErrorRate", "Availability", "Recovery",
-           "RestartReadiness", "DEFAULT_CHECKERS"]
+           "RestartReadiness", "HealthTruthful", "CountersMonotonic", "LeakBound",
+           "DEFAULT_CHECKERS"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ordeal.history import NEMESIS, Op
+from ordeal.history import HARNESS, Op
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 
@@ -29,7 +29,7 @@ class CanaryDeterminism(StreamingChecker):
         self.examples: list[dict[str, Any]] = []
 
     def feed(self, op: Op) -> None:
-        if op.process == NEMESIS:
+        if op.process in HARNESS:
             return
         if op.type == "invoke":
             if op.value.get("canary"):

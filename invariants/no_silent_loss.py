@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ordeal.history import NEMESIS, Op
+from ordeal.history import HARNESS, Op
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 
@@ -35,7 +35,7 @@ class NoSilentLoss(StreamingChecker):
             self.problems.append({"problem": kind, **op_brief(op)})
 
     def feed(self, op: Op) -> None:
-        if op.process == NEMESIS:
+        if op.process in HARNESS:
             return
         if op.type == "invoke":
             self.counts["invoked"] += 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from ordeal.history import NEMESIS, Op
+from ordeal.history import MONITOR, NEMESIS, Op
 
 STEADY = "steady"
 
@@ -49,6 +49,7 @@ class Timeline:
         self.windows: list[Window] = []
         self._open: dict[str, Window] = {}
         self._counts: dict[str, int] = {}
+        self._last_healed: Window | None = None
 
     def on_nemesis(self, op: Op) -> None:
         v = op.value
@@ -63,13 +64,16 @@ class Timeline:
             w = self._open.pop(key)
             w.end_ns = op.time_ns
             w.heal_value = dict(v)
+            self._last_healed = w
 
     def phase_at(self, t_ns: int) -> tuple[str, str]:
         if self._open:
             return "fault", next(reversed(self._open.values())).label
-        for w in reversed(self.windows):
-            if w.end_ns is not None and 0 <= t_ns - w.end_ns <= self.after_ns:
-                return "after_heal", w.label
+        # Only the latest heal matters: O(1) per request however many faults
+        # a 72-hour run has seen.
+        w = self._last_healed
+        if w is not None and w.end_ns is not None and 0 <= t_ns - w.end_ns <= self.after_ns:
+            return "after_heal", w.label
         return STEADY, STEADY
 
 
@@ -84,6 +88,8 @@ class RequestPairer:
     def feed(self, op: Op) -> Request | None:
         if op.process == NEMESIS:
             self.timeline.on_nemesis(op)
+        elif op.process == MONITOR:
+            return None
         elif op.type == "invoke":
             self._open[op.process] = (op, *self.timeline.phase_at(op.time_ns))
         else:

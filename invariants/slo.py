@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ordeal.config import ConfigError
-from ordeal.history import Op
+from ordeal.history import NEMESIS, Op
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 from .histogram import LatencyHistogram
@@ -287,7 +287,7 @@ class RestartReadiness(StreamingChecker):
         self.restarts: list[dict[str, Any]] = []
 
     def feed(self, op: Op) -> None:
-        if op.f != "heal" or op.value.get("phase") != "end":
+        if op.process != NEMESIS or op.f != "heal" or op.value.get("phase") != "end":
             return
         if op.value.get("restarted"):
             self.restarts.append({"target": op.value.get("target"),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ordeal.history import NEMESIS, Op
+from ordeal.history import HARNESS, Op
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 
@@ -55,7 +55,7 @@ class StreamWellFormed(StreamingChecker):
         self.examples: list[dict[str, Any]] = []
 
     def feed(self, op: Op) -> None:
-        if op.process == NEMESIS or op.type == "invoke":
+        if op.process in HARNESS or op.type == "invoke":
             return
         stream = op.value.get("stream")
         if not isinstance(stream, dict):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ordeal.history import NEMESIS, Op
+from ordeal.history import HARNESS, Op
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 
@@ -33,7 +33,7 @@ class UsageMatchesTokens(StreamingChecker):
             self.examples.append({"problem": why, **op_brief(op)})
 
     def feed(self, op: Op) -> None:
-        if op.process == NEMESIS:
+        if op.process in HARNESS:
             return
         if op.type == "invoke":
             self.max_tokens[op.process] = int(op.value.get("max_tokens") or 0)

@@ -23,7 +23,9 @@ from typing import IO, Any, Callable, Iterator, Literal
 
 OpType = Literal["invoke", "ok", "fail", "info"]
 OP_TYPES: tuple[str, ...] = ("invoke", "ok", "fail", "info")
-NEMESIS = "nemesis"
+NEMESIS = "nemesis"  # fault actions
+MONITOR = "monitor"  # samples of the nodes' health and metrics
+HARNESS = frozenset({NEMESIS, MONITOR})  # processes that are not clients
 
 
 def utc_iso(ts: float | None = None) -> str:
@@ -108,8 +110,10 @@ class History:
             )
             self._next_index += 1
             self._file.write(op.to_json() + "\n")
-            bucket = self.nemesis_counts if process == NEMESIS else self.counts
-            bucket[type] += 1
+            if process == NEMESIS:
+                self.nemesis_counts[type] += 1
+            elif process != MONITOR:
+                self.counts[type] += 1
             now = time.monotonic()
             if now - self._last_flush >= self._flush_interval:
                 self._file.flush()

@@ -61,7 +61,7 @@ def test_kill_and_restart_one_replica_under_load(ordeal_run, ordeal_config, orde
     names = {r.name for r in results}
     assert {"no_silent_loss", "stream_wellformed", "usage_matches_tokens", "canary_determinism",
             "slo_latency", "goodput", "error_rate", "availability", "recovery",
-            "restart_readiness"} <= names
+            "restart_readiness", "health_truthful", "counters_monotonic", "leak_bound"} <= names
     for r in results:
         assert r.valid is True, r.to_dict()
     assert summary["verdict"] == "pass"

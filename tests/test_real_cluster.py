@@ -147,3 +147,20 @@ def test_a_replica_with_a_broken_model_fails_fast_with_the_reason(tmp_path):
         assert "Error" in str(err.value)  # the engine's own error is in the tail
     finally:
         node.stop(grace=5)
+
+
+def test_monitor_samples_a_real_replica_and_survives_a_dead_one(ordeal_cluster):
+    from fixtures.monitor import sample_node
+    from fixtures.vllm_engine import LocalNode
+
+    replica = ordeal_cluster.replicas()[0]
+    complete(replica.endpoint.url, "warm the counters")
+    v = sample_node(replica)
+    assert v["health"] == 200 and "error" not in v, v
+    m = v["metrics"]
+    assert m["vllm:generation_tokens_total"] >= 1 and "vllm:num_requests_running" in m
+    assert v["rss_bytes"] > 200 * 2**20  # API server + engine core + worker
+    dead = LocalNode("gone", "replica", Endpoint("127.0.0.1", free_ports(1)[0]),
+                     replica.process, hint="")
+    v = sample_node(dead, timeout=1)
+    assert v["health"] is None and "/health" in v["error"] and "refused" in v["error"].lower()

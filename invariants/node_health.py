@@ -1,0 +1,148 @@
+"""Checkers over the monitor's samples (ops of process "monitor"):
+
+- health_truthful: a node whose /health says 200 while it has requests
+  running or waiting must keep producing tokens; a 200 with queued work and a
+  token counter that has not moved for ``stall_s`` is a lie (a hang that a
+  load balancer would keep routing to).
+- counters_monotonic: counters (``*_total``) never go backwards, except
+  across a restart of the node (its pid changed).
+- leak_bound: after the load drained, each node's process-tree RSS is back
+  near its baseline (the first sample after its last start), and no request
+  is left running or waiting, and the KV cache is free again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ordeal.history import MONITOR, Op
+
+from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
+
+
+def _samples(op: Op) -> dict[str, Any] | None:
+    if op.process != MONITOR or "node" not in op.value:
+        return None
+    return op.value
+
+
+class HealthTruthful(StreamingChecker):
+    name = "health_truthful"
+
+    def start(self, ctx: RunContext) -> None:
+        super().start(ctx)
+        self.stall_ns = int(float(ctx.extra.get("health_stall_s", 10.0)) * 1e9)
+        # node -> (time the tokens counter last moved, its value) while busy+200
+        self.busy_since: dict[str, tuple[int, float]] = {}
+        self.lies: list[dict[str, Any]] = []
+        self.samples = 0
+
+    def feed(self, op: Op) -> None:
+        v = _samples(op)
+        if v is None:
+            return
+        self.samples += 1
+        m = v.get("metrics") or {}
+        node = v["node"]
+        busy = (m.get("vllm:num_requests_running", 0) + m.get("vllm:num_requests_waiting", 0)) > 0
+        tokens = m.get("vllm:generation_tokens_total")
+        if v.get("health") != 200 or not busy or tokens is None:
+            self.busy_since.pop(node, None)
+            return
+        since = self.busy_since.get(node)
+        if since is None or tokens != since[1]:
+            self.busy_since[node] = (op.time_ns, tokens)
+        elif op.time_ns - since[0] >= self.stall_ns and len(self.lies) < MAX_COUNTEREXAMPLES:
+            self.lies.append({"problem": f"/health 200 with work queued but no token for "
+                                         f"{(op.time_ns - since[0]) / 1e9:.1f}s", **op_brief(op),
+                              "node": node})
+
+    def result(self) -> Result:
+        details = {"samples": self.samples, "stall_s": self.stall_ns / 1e9}
+        if self.lies:
+            return Result(self.name, False, details, self.lies)
+        return Result(self.name, True if self.samples else "unknown", details)
+
+
+class CountersMonotonic(StreamingChecker):
+    name = "counters_monotonic"
+
+    def start(self, ctx: RunContext) -> None:
+        super().start(ctx)
+        self.last: dict[str, tuple[Any, dict[str, float]]] = {}  # node -> (pid, counters)
+        self.problems: list[dict[str, Any]] = []
+        self.samples = 0
+        self.restarts = 0
+
+    def feed(self, op: Op) -> None:
+        v = _samples(op)
+        if v is None or not v.get("metrics"):
+            return
+        self.samples += 1
+        counters = {k: x for k, x in v["metrics"].items() if k.endswith("_total")}
+        prev = self.last.get(v["node"])
+        self.last[v["node"]] = (v.get("pid"), counters)
+        if prev is None:
+            return
+        if prev[0] != v.get("pid"):
+            self.restarts += 1  # a new process starts its counters at zero
+            return
+        for name, value in counters.items():
+            before = prev[1].get(name)
+            if before is not None and value < before and len(self.problems) < MAX_COUNTEREXAMPLES:
+                self.problems.append({"problem": f"{name} went from {before} to {value} "
+                                                 "without a restart", "node": v["node"],
+                                      **op_brief(op)})
+
+    def result(self) -> Result:
+        details = {"samples": self.samples, "restarts_seen": self.restarts}
+        if self.problems:
+            return Result(self.name, False, details, self.problems)
+        return Result(self.name, True if self.samples else "unknown", details)
+
+
+class LeakBound(StreamingChecker):
+    name = "leak_bound"
+
+    def start(self, ctx: RunContext) -> None:
+        super().start(ctx)
+        self.factor = float(ctx.extra.get("leak_rss_factor", 1.5))
+        self.slack = float(ctx.extra.get("leak_rss_slack_mb", 256)) * 2**20
+        self.baseline: dict[str, tuple[Any, int]] = {}  # node -> (pid, rss) at its start
+        self.drained: dict[str, dict[str, Any]] = {}
+
+    def feed(self, op: Op) -> None:
+        v = _samples(op)
+        if v is None or v.get("rss_bytes") is None:
+            return
+        node, pid = v["node"], v.get("pid")
+        if node not in self.baseline or self.baseline[node][0] != pid:
+            self.baseline[node] = (pid, v["rss_bytes"])
+        if op.f == "drain":
+            self.drained[node] = {**v, "index": op.index}
+
+    def result(self) -> Result:
+        figures: dict[str, Any] = {}
+        problems = []
+        for node, v in self.drained.items():
+            pid, base = self.baseline[node]
+            m = v.get("metrics") or {}
+            limit = base * self.factor + self.slack
+            left = m.get("vllm:num_requests_running", 0) + m.get("vllm:num_requests_waiting", 0)
+            kv = m.get("vllm:kv_cache_usage_perc", 0.0)
+            figures[node] = {"baseline_mb": round(base / 2**20), "drained_mb": round(v["rss_bytes"] / 2**20),
+                             "limit_mb": round(limit / 2**20), "requests_left": left,
+                             "kv_cache_usage": kv}
+            if v["rss_bytes"] > limit:
+                problems.append({"problem": f"{node} RSS {v['rss_bytes'] >> 20} MB after drain "
+                                            f"> {int(limit) >> 20} MB", "index": v["index"]})
+            if left > 0:
+                problems.append({"problem": f"{node} still has {left} request(s) after drain",
+                                 "index": v["index"]})
+            if kv > 0.01:
+                problems.append({"problem": f"{node} KV cache {kv:.1%} used after drain",
+                                 "index": v["index"]})
+        details = {"rss_factor": self.factor, "rss_slack_mb": self.slack / 2**20, "nodes": figures}
+        if problems:
+            return Result(self.name, False, details, problems[:MAX_COUNTEREXAMPLES])
+        return Result(self.name, True if figures else "unknown", details)

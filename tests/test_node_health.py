@@ -1,0 +1,73 @@
+"""Monitor-sample checkers: planted lies, resets and leaks are caught."""
+
+import pytest
+
+from fixtures.metrics import MetricsParseError, parse_metrics
+from invariants import CountersMonotonic, HealthTruthful, LeakBound, RunContext
+from ordeal.history import Op
+
+S = 1_000_000_000
+
+
+def sample(t, node="replica-0", pid=10, health=200, running=0, waiting=0, tokens=0.0,
+           success=0.0, rss_mb=1000, kv=0.0, f="sample"):
+    metrics = {"vllm:num_requests_running": running, "vllm:num_requests_waiting": waiting,
+               "vllm:generation_tokens_total": tokens, "vllm:request_success_total": success,
+               "vllm:kv_cache_usage_perc": kv}
+    return Op(0, int(t * S), "w", "info", "monitor", f,
+              {"node": node, "pid": pid, "health": health, "metrics": metrics,
+               "rss_bytes": rss_mb * 2**20})
+
+
+def test_healthy_busy_node_making_tokens_is_truthful():
+    h = [sample(t, running=2, tokens=t * 100) for t in range(0, 30, 2)]
+    assert HealthTruthful().check(h, RunContext()).valid is True
+
+
+def test_health_200_with_stuck_work_is_a_lie():
+    h = [sample(t, running=2, tokens=500.0) for t in range(0, 30, 2)]
+    r = HealthTruthful().check(h, RunContext())
+    assert r.valid is False and "no token for" in r.counterexamples[0]["problem"]
+    # Not a lie when /health says so, or when nothing is queued.
+    assert HealthTruthful().check([sample(t, health=503, running=2, tokens=5.0)
+                                   for t in range(0, 30, 2)], RunContext()).valid is True
+    assert HealthTruthful().check([sample(t, tokens=5.0) for t in range(0, 30, 2)],
+                                  RunContext()).valid is True
+
+
+def test_counter_going_backwards_is_caught_unless_the_node_restarted():
+    ok = [sample(0, tokens=100.0), sample(2, tokens=10.0, pid=11), sample(4, tokens=20.0, pid=11)]
+    r = CountersMonotonic().check(ok, RunContext())
+    assert r.valid is True and r.details["restarts_seen"] == 1
+    bad = [sample(0, tokens=100.0), sample(2, tokens=90.0)]
+    r = CountersMonotonic().check(bad, RunContext())
+    assert r.valid is False and "generation_tokens_total went from 100.0 to 90.0" in \
+        r.counterexamples[0]["problem"]
+
+
+def test_leak_after_drain_is_caught():
+    clean = [sample(0, rss_mb=1000), sample(10, rss_mb=1200), sample(20, rss_mb=1100, f="drain")]
+    assert LeakBound().check(clean, RunContext()).valid is True
+    leak = [sample(0, rss_mb=1000), sample(20, rss_mb=2500, f="drain")]
+    r = LeakBound().check(leak, RunContext())
+    assert r.valid is False and "RSS 2500 MB after drain" in r.counterexamples[0]["problem"]
+    stuck = [sample(0), sample(20, running=1, kv=0.3, f="drain")]
+    r = LeakBound().check(stuck, RunContext())
+    assert r.valid is False and len(r.counterexamples) == 2
+    # A restarted node is compared with its own new baseline.
+    restarted = [sample(0, rss_mb=500), sample(5, pid=11, rss_mb=1000),
+                 sample(20, pid=11, rss_mb=1100, f="drain")]
+    assert LeakBound().check(restarted, RunContext()).valid is True
+    assert LeakBound().check([sample(0)], RunContext()).valid == "unknown"
+
+
+def test_metrics_parser_sums_labels_and_rejects_garbage():
+    text = ('# TYPE vllm:request_success counter\n'
+            'vllm:request_success_total{finished_reason="length"} 3\n'
+            'vllm:request_success_total{finished_reason="stop"} 2\n'
+            '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n'
+            'other_metric 7\n')
+    assert parse_metrics(text) == {"vllm:request_success_total": 5.0,
+                                   "vllm:num_requests_running": 1.0}
+    with pytest.raises(MetricsParseError):
+        parse_metrics("vllm:num_requests_running one two three\n")
