@@ -47,6 +47,10 @@ async def http_500(request):
     return web.json_response({"error": {"message": "engine dead"}}, status=500)
 
 
+async def http_400(request):
+    return web.json_response({"error": {"message": "max_tokens too large"}}, status=400)
+
+
 SCENARIOS = {
     "good": stream_of(CHUNK % "null", CHUNK % '"length"', "data: [DONE]\n\n"),
     "two_finish": stream_of(CHUNK % '"length"', CHUNK % '"stop"', "data: [DONE]\n\n"),
@@ -59,6 +63,7 @@ SCENARIOS = {
     "truncated": truncated,
     "hang": hang,
     "http_500": http_500,
+    "http_400": http_400,
 }
 
 
@@ -95,7 +100,8 @@ EXPECT = {  # scenario -> (op type, error contains, stream_wellformed valid)
     "bad_utf8": ("fail", "malformed stream", False),
     "truncated": ("info", "connection lost", "unknown"),
     "hang": ("info", "timeout after", "unknown"),
-    "http_500": ("fail", "HTTP 500", "unknown"),
+    "http_500": ("info", "HTTP 500", "unknown"),
+    "http_400": ("fail", "HTTP 400", "unknown"),
 }
 
 
