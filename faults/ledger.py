@@ -15,14 +15,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ordeal.config import state_dir
 from ordeal.history import utc_iso
 
 
 def default_ledger_dir() -> Path:
-    base = os.environ.get("ORDEAL_STATE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ordeal", "state"
-    )
-    return Path(base) / "ledger"
+    return state_dir() / "ledger"
 
 
 @dataclass

@@ -3,11 +3,22 @@ what was wrong and what to do. Nothing here starts a process."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def state_dir() -> Path:
+    """Where the fault ledger and process records live: $ORDEAL_STATE_DIR, or
+    ~/.cache/ordeal/state. One place, read by faults and fixtures alike."""
+    base = os.environ.get("ORDEAL_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ordeal", "state"
+    )
+    return Path(base)
 
 
 class ConfigError(ValueError):

@@ -6,7 +6,6 @@ once, ~30-60 s) and one or two extra replicas started on purpose to fail.
 
 import asyncio
 import json
-import signal
 import urllib.error
 import urllib.request
 

@@ -7,6 +7,7 @@ recorded op with its reason, and the checkers must judge it right.
 """
 
 import asyncio
+import contextlib
 
 import pytest
 from aiohttp import web
@@ -67,23 +68,30 @@ SCENARIOS = {
 }
 
 
-async def run_against(path_handler, tmp_path, timeout_s=2.0):
+@contextlib.asynccontextmanager
+async def serving(handler):
+    """A stub OpenAI server on loopback answering both endpoints with ``handler``."""
     app = web.Application()
-    app.router.add_post("/v1/completions", path_handler)
-    app.router.add_post("/v1/chat/completions", path_handler)
+    app.router.add_post("/v1/completions", handler)
+    app.router.add_post("/v1/chat/completions", handler)
     runner = web.AppRunner(app)
     await runner.setup()
     port = free_ports(1)[0]
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
+        yield port
+    finally:
+        await runner.cleanup()
+
+
+async def run_against(path_handler, tmp_path, timeout_s=2.0):
+    async with serving(path_handler) as port:
         h = History(tmp_path / "h.jsonl")
         spec = WorkloadSpec(duration_s=0.3, rate=20, stream_share=1.0, canary_every=0,
                             timeout_s=timeout_s, seed=1)
         await WorkloadRunner(spec, f"http://127.0.0.1:{port}", h).run()
         h.close()
         return list(read_history(tmp_path / "h.jsonl"))
-    finally:
-        await runner.cleanup()
 
 
 def judge(history):
@@ -132,20 +140,11 @@ async def test_unreachable_node_is_recorded_as_fail(tmp_path):
 
 
 async def test_closed_loop_keeps_one_request_per_client_in_flight(tmp_path):
-    app = web.Application()
-    app.router.add_post("/v1/completions", SCENARIOS["good"])
-    app.router.add_post("/v1/chat/completions", SCENARIOS["good"])
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_ports(1)[0]
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
+    async with serving(SCENARIOS["good"]) as port:
         h = History(tmp_path / "h.jsonl")
         spec = WorkloadSpec(mode="closed", concurrency=3, duration_s=0.5, seed=4, stream_share=1.0)
         await WorkloadRunner(spec, f"http://127.0.0.1:{port}", h).run()
         h.close()
-    finally:
-        await runner.cleanup()
     history = list(read_history(tmp_path / "h.jsonl"))
     assert {o.process for o in history} == {"c0", "c1", "c2"}
     open_now: set = set()
