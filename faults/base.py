@@ -19,6 +19,12 @@ from .ledger import Ledger, LedgerEntry
 REGISTRY: dict[str, type["Fault"]] = {}
 
 
+class FaultError(RuntimeError):
+    """A fault that cannot be injected as asked (dead node, unknown target,
+    an address the suite does not own, a missing tool). Raised *before*
+    anything changed; the message says what was wrong and what to do."""
+
+
 class Fault(ABC):
     kind: ClassVar[str]
 
@@ -32,6 +38,17 @@ class Fault(ABC):
         self.run_id = run_id
         self.ledger = ledger
         self.entry: LedgerEntry | None = None
+
+    def _preflight(self) -> None:
+        """Refuse early, before the ledger or the system is touched: raise
+        FaultError if the target is missing, dead or not ours."""
+
+    @classmethod
+    def heal_entry(cls, entry: LedgerEntry) -> str:
+        """Heal from the ledger alone (after a crash there are no live
+        objects): undo ``entry.inverse`` idempotently and say what was done,
+        in one line for ``python -m faults heal-all``."""
+        return f"closed {entry.kind} on {entry.target}: nothing to undo"
 
     @abstractmethod
     def _inverse(self) -> dict[str, Any]:
@@ -52,10 +69,16 @@ class Fault(ABC):
     def inject(self) -> dict[str, Any]:
         if self.entry is not None:
             raise RuntimeError(f"{self.kind} on {self.target} is already injected")
+        self._preflight()
         self.entry = self.ledger.record(
             LedgerEntry(self.kind, self.target, self.run_id, self._inverse()))
-        return {"kind": self.kind, "target": self.target, "fault_id": self.entry.id,
-                **self._act()}
+        try:
+            acted = self._act()
+        except BaseException:
+            # Half-done is the worst state: undo whatever part of it happened.
+            self.heal()
+            raise
+        return {"kind": self.kind, "target": self.target, "fault_id": self.entry.id, **acted}
 
     def heal(self) -> dict[str, Any]:
         if self.entry is None:

@@ -1,22 +1,25 @@
 """Heal from the ledger alone, with no live objects: after a crash, that is
-all there is. Each kind knows how to undo its own inverse record."""
+all there is. Each kind heals its own entries (``Fault.heal_entry``)."""
 
 from __future__ import annotations
 
+from .base import REGISTRY
 from .ledger import Ledger, LedgerEntry
 
 
 def heal_entry(entry: LedgerEntry) -> str:
-    if entry.kind == "process_kill":
-        # The killed node belonged to a cluster that died with its harness;
-        # there is nothing to restart. Its processes are ended by id at the
-        # next suite start (fixtures.processes.reap_leftovers).
-        return (f"closed {entry.kind} on {entry.target} from run {entry.run_id}: "
-                "its cluster is gone, nothing to restart")
-    return f"closed unknown fault kind {entry.kind!r} on {entry.target}: no healer known"
+    cls = REGISTRY.get(entry.kind)
+    if cls is None:
+        return f"closed unknown fault kind {entry.kind!r} on {entry.target}: no healer known"
+    return cls.heal_entry(entry)
 
 
 def heal_all(ledger: Ledger, skip_run: str | None = None) -> list[str]:
+    """Heal every entry (except those of ``skip_run``, a live run's own).
+    An entry whose heal fails stays in the ledger and its line says why, so
+    a second ``heal-all`` can retry; nothing is dropped silently."""
+    from . import catalogue  # noqa: F401 - registers every kind
+
     lines = []
     for entry in ledger.pending():
         if isinstance(entry, str):
@@ -24,6 +27,11 @@ def heal_all(ledger: Ledger, skip_run: str | None = None) -> list[str]:
             continue
         if entry.run_id == skip_run:
             continue
-        lines.append(heal_entry(entry))
+        try:
+            lines.append(heal_entry(entry))
+        except Exception as e:  # noqa: BLE001 - report, keep the entry, go on
+            lines.append(f"FAILED to heal {entry.kind} on {entry.target} ({entry.id}): "
+                         f"{type(e).__name__}: {e}; the entry stays in {ledger.dir}")
+            continue
         ledger.remove(entry.id)
     return lines

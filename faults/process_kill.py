@@ -14,8 +14,8 @@ from typing import Any
 
 from ordeal.topology import Node
 
-from .base import Fault
-from .ledger import Ledger
+from .base import Fault, FaultError
+from .ledger import Ledger, LedgerEntry
 
 
 class ProcessKill(Fault):
@@ -27,6 +27,19 @@ class ProcessKill(Fault):
         self.node = node
         self.restart = restart
         self.ready_timeout_s = ready_timeout_s
+
+    @classmethod
+    def heal_entry(cls, entry: LedgerEntry) -> str:
+        # The killed node belonged to a cluster that died with its harness;
+        # there is nothing to restart. Its processes are ended by id at the
+        # next suite start (fixtures.processes.reap_leftovers).
+        return (f"closed {entry.kind} on {entry.target} from run {entry.run_id}: "
+                "its cluster is gone, nothing to restart")
+
+    def _preflight(self) -> None:
+        if not self.node.is_running():
+            raise FaultError(f"process_kill: {self.node.name} is not running; nothing to kill "
+                             "(heal it first, or pick a live node)")
 
     def _inverse(self) -> dict[str, Any]:
         return {"action": "restart" if self.restart else "none", "node": self.node.name}

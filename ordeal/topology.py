@@ -12,6 +12,7 @@ a *service* is a set of replicas behind an address; a *node* is one replica
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Protocol, Sequence, runtime_checkable
 
 Role = Literal["router", "replica"]
@@ -54,6 +55,32 @@ class Node(Protocol):
 
     def log_tail(self, lines: int = 20) -> list[str]: ...
 
+    def pids(self) -> list[int]:
+        """Every live process of the node's tree (for cgroups, affinity,
+        co-tenants). Empty when the node is not running."""
+
+    @property
+    def clock_file(self) -> Path | None:
+        """The libfaketime control file the node was started with, or None
+        when its clock cannot be moved (clock_drift then refuses, clearly)."""
+
+
+@dataclass(frozen=True)
+class Link:
+    """One hop of traffic, e.g. ``client-router`` or ``router-replica-0``.
+
+    ``listen`` is where the source connects (the fault proxy's listener);
+    ``upstream`` is the destination's real endpoint; ``control`` is the fault
+    proxy's control API. Link faults add toxics there, by link name.
+    """
+
+    name: str
+    src: str
+    dst: str
+    listen: Endpoint
+    upstream: Endpoint
+    control: Endpoint
+
 
 class NodeNotReady(RuntimeError):
     """A node did not become ready. The message carries what was waited for,
@@ -73,3 +100,9 @@ class Cluster(Protocol):
     def node(self, name: str) -> Node: ...
 
     def replicas(self) -> list[Node]: ...
+
+    @property
+    def links(self) -> Sequence[Link]:
+        """Every proxied hop of the cluster (client-router, router-replica-i)."""
+
+    def link(self, name: str) -> Link: ...

@@ -1,0 +1,82 @@
+"""Fault schedules, pure and seeded: when to inject what, and when to heal.
+
+A schedule alternates quiet and faulty periods (Jepsen's nemesis rhythm):
+wait, inject one fault, hold it, heal it, wait again. Every inject has its
+heal inside the schedule, so a schedule always ends healed; the executor
+(``faults.nemesis.run_schedule``) also heals in ``finally``. The same seed
+gives the same schedule, which is what makes a failing run replayable and
+shrinkable (drop steps, replay, see if it still fails).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+from ordeal.config import ConfigError
+
+
+@dataclass(frozen=True)
+class Step:
+    at_s: float  # seconds after the schedule starts
+    action: str  # "inject" or "heal"
+    kind: str
+    target: str  # a target spec (see faults.targets): "one", "replica-0", ...
+    key: int  # pairs an inject with its heal
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class FaultChoice:
+    """One fault the schedule may pick: a kind, where, and with what."""
+
+    kind: str
+    target: str = "one"
+    params: dict[str, Any] = field(default_factory=dict)
+    weight: float = 1.0
+
+
+def plan_schedule(choices: Sequence[FaultChoice], duration_s: float, seed: int,
+                  quiet_s: tuple[float, float] = (10.0, 20.0),
+                  hold_s: tuple[float, float] = (5.0, 15.0),
+                  tail_s: float = 10.0) -> list[Step]:
+    """Steps for ``duration_s`` seconds: quiet, inject, hold, heal, repeat.
+    The last heal is at least ``tail_s`` before the end, so the run always
+    sees the cluster after its final heal."""
+    if not choices:
+        raise ConfigError("schedule: no fault to choose from; give at least one kind")
+    for name, (lo, hi) in (("quiet_s", quiet_s), ("hold_s", hold_s)):
+        if not 0 <= lo <= hi:
+            raise ConfigError(f"schedule: {name}={lo, hi} must satisfy 0 <= min <= max")
+    rng = random.Random(seed)
+    steps: list[Step] = []
+    t, key = 0.0, 0
+    weights = [c.weight for c in choices]
+    while True:
+        start = t + rng.uniform(*quiet_s)
+        hold = rng.uniform(*hold_s)
+        if start + hold > duration_s - tail_s:
+            break
+        c = rng.choices(choices, weights)[0]
+        steps.append(Step(round(start, 3), "inject", c.kind, c.target, key, dict(c.params)))
+        steps.append(Step(round(start + hold, 3), "heal", c.kind, c.target, key, dict(c.params)))
+        key += 1
+        t = start + hold
+    return steps
+
+
+def is_healed_at_end(steps: Sequence[Step]) -> bool:
+    """Every inject has a later heal with the same key (a property the tests
+    check over many seeds)."""
+    open_keys: dict[int, float] = {}
+    for s in sorted(steps, key=lambda s: (s.at_s, s.action != "heal")):
+        if s.action == "inject":
+            open_keys[s.key] = s.at_s
+        elif s.action == "heal":
+            if s.key not in open_keys or open_keys.pop(s.key) > s.at_s:
+                return False
+    return not open_keys
