@@ -2,6 +2,7 @@
 
 from .base import Checker, Result, RunContext, merge_valid, run_checker
 from .determinism import CanaryDeterminism
+from .duplicates import NoDuplicateExecution
 from .no_silent_loss import NoSilentLoss
 from .node_health import CountersMonotonic, HealthTruthful, LeakBound
 from .slo import (Availability, ErrorRate, Goodput, LatencySLO, Recovery, RestartReadiness,
@@ -9,12 +10,13 @@ from .slo import (Availability, ErrorRate, Goodput, LatencySLO, Recovery, Restar
 from .stream_wellformed import StreamWellFormed
 from .usage import UsageMatchesTokens
 
-DEFAULT_CHECKERS = (NoSilentLoss, StreamWellFormed, UsageMatchesTokens, CanaryDeterminism,
+DEFAULT_CHECKERS = (NoSilentLoss, StreamWellFormed, UsageMatchesTokens, NoDuplicateExecution,
+                    CanaryDeterminism,
                     LatencySLO, Goodput, ErrorRate, Availability, Recovery, RestartReadiness,
                     HealthTruthful, CountersMonotonic, LeakBound)
 
 __all__ = ["Checker", "Result", "RunContext", "merge_valid", "run_checker", "SLOTargets",
-           "NoSilentLoss", "StreamWellFormed", "UsageMatchesTokens", "CanaryDeterminism",
+           "NoSilentLoss", "StreamWellFormed", "UsageMatchesTokens", "NoDuplicateExecution", "CanaryDeterminism",
            "LatencySLO", "Goodput", "ErrorRate", "Availability", "Recovery",
            "RestartReadiness", "HealthTruthful", "CountersMonotonic", "LeakBound",
            "DEFAULT_CHECKERS"]

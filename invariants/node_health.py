@@ -21,7 +21,7 @@ from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_
 
 
 def _samples(op: Op) -> dict[str, Any] | None:
-    if op.process != MONITOR or "node" not in op.value:
+    if op.process != MONITOR or op.f not in ("sample", "drain") or "node" not in op.value:
         return None
     return op.value
 

@@ -45,7 +45,7 @@ class Timeline:
     """Fault windows, built as the nemesis ops stream past."""
 
     def __init__(self, after_s: float):
-        self.after_ns = int(after_s * 1e9)
+        self.after_ns = round(after_s * 1e9)
         self.windows: list[Window] = []
         self._open: dict[str, Window] = {}
         self._counts: dict[str, int] = {}

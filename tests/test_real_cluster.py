@@ -13,6 +13,7 @@ import pytest
 
 from faults import Ledger, ProcessKill
 from fixtures.model import ensure_tiny_model
+from fixtures.monitor import JournalTail, node_journal
 from fixtures.ports import free_ports
 from fixtures.processes import group_members
 from fixtures.vllm_engine import SERVED_MODEL_NAME, VllmReplica
@@ -36,9 +37,22 @@ def complete(base_url, prompt, max_tokens=16, timeout=30):
 def test_real_traffic_is_recorded_and_judged_valid(ordeal_cluster, tmp_path):
     h = History(tmp_path / "h.jsonl")
     spec = WorkloadSpec(duration_s=6, rate=6, seed=5)
+    tails = {n.name: JournalTail(node_journal(n)) for n in ordeal_cluster.replicas()}
     asyncio.run(WorkloadRunner(spec, ordeal_cluster.entrypoint.url, h).run())
     h.close()
     history = list(read_history(tmp_path / "h.jsonl"))
+    # The router forwarded each request id, and each replica's served journal
+    # saw exactly the requests the client says it served, once, complete.
+    served = {}
+    for name, tail in tails.items():
+        entries, bad = tail.read_new()
+        assert bad == []
+        for rid, status, complete_ in entries:
+            assert (status, complete_) == (200, True)
+            served.setdefault(rid, []).append(name)
+    rids = {o.process: o.value["request_id"] for o in history if o.type == "invoke"}
+    client_view = {rids[o.process]: [o.value["node"]] for o in history if o.type == "ok"}
+    assert served == client_view
     done = [o for o in history if o.type != "invoke"]
     assert len(done) >= 15 and all(o.type == "ok" for o in done), [o.error for o in done][:3]
     served_by = {o.value["node"] for o in done}

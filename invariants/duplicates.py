@@ -1,0 +1,75 @@
+"""No duplicated execution: one client request runs to completion on at most
+one replica, once.
+
+A router that retries a request after the replica already ran it (the answer
+was lost on the way back, or the router gave up waiting) makes the cluster do
+the work twice: twice the GPU time, and for a tool-calling agent twice the
+side effect. The client cannot see it; the replicas can. Each replica's
+served journal (fixtures.node_header) records every request id it answered
+and whether it sent the whole response; the monitor copies the journals into
+the history as ``served`` ops, and this checker counts executions per id.
+
+Retries after a replica failed *before* finishing are legitimate and are
+counted, not judged. Memory is bounded: an id is forgotten ``window_s``
+after it was first seen (a retry comes within the request timeout, seconds;
+default window 15 minutes), so a 72-hour run holds only recent ids.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from ordeal.history import MONITOR, Op
+
+from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
+
+
+class NoDuplicateExecution(StreamingChecker):
+    name = "no_duplicate_execution"
+
+    def start(self, ctx: RunContext) -> None:
+        super().start(ctx)
+        self.window_ns = int(float(ctx.extra.get("duplicate_window_s", 900.0)) * 1e9)
+        # rid -> [first seen ns, completed executions, attempts, nodes]
+        self.seen: OrderedDict[str, list[Any]] = OrderedDict()
+        self.counts = {"journal_entries": 0, "requests": 0, "completed": 0,
+                       "retried": 0, "duplicated": 0, "journal_errors": 0}
+        self.duplicates: list[dict[str, Any]] = []
+
+    def feed(self, op: Op) -> None:
+        if op.process != MONITOR or op.f != "served":
+            return
+        if op.error:
+            self.counts["journal_errors"] += 1
+        node = op.value.get("node")
+        while self.seen and op.time_ns - next(iter(self.seen.values()))[0] > self.window_ns:
+            self.seen.popitem(last=False)
+        for rid, status, complete in op.value.get("entries", []):
+            self.counts["journal_entries"] += 1
+            rec = self.seen.get(rid)
+            if rec is None:
+                rec = self.seen[rid] = [op.time_ns, 0, 0, []]
+                self.counts["requests"] += 1
+            rec[2] += 1
+            if rec[2] == 2:
+                self.counts["retried"] += 1
+            rec[3].append(f"{node}:{status}:{'complete' if complete else 'cut'}")
+            if complete and status == 200:
+                rec[1] += 1
+                self.counts["completed"] += 1
+                if rec[1] == 2:
+                    self.counts["duplicated"] += 1
+                    if len(self.duplicates) < MAX_COUNTEREXAMPLES:
+                        self.duplicates.append({"request_id": rid, "executions": list(rec[3]),
+                                                **op_brief(op)})
+
+    def result(self) -> Result:
+        c = dict(self.counts)
+        if c["duplicated"]:
+            valid: bool | str = False
+        elif c["journal_entries"] == 0:
+            valid = "unknown"  # no journal: nothing seen from the replicas' side
+        else:
+            valid = True
+        return Result(self.name, valid, details=c, counterexamples=self.duplicates)

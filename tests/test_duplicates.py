@@ -1,0 +1,81 @@
+"""No duplicated execution: replicas' served journals, one count per request
+id. Planted duplicates are caught; legitimate retries are only counted."""
+
+import json
+
+from fixtures.monitor import JournalTail
+from invariants import RunContext
+from invariants.duplicates import NoDuplicateExecution
+from ordeal.history import Op
+
+S = 1_000_000_000
+
+
+def served(i, t, node, *entries, error=None):
+    return Op(i, int(t * S), "w", "info", "monitor", "served",
+              {"node": node, "entries": [list(e) for e in entries]}, error)
+
+
+def test_each_request_once_is_valid():
+    h = [served(0, 1, "replica-0", ("a", 200, True), ("b", 200, True)),
+         served(1, 2, "replica-1", ("c", 200, True))]
+    r = NoDuplicateExecution().check(h, RunContext())
+    assert r.valid is True, r.details
+    assert r.details["requests"] == 3 and r.details["completed"] == 3
+
+
+def test_a_request_completed_on_two_replicas_is_caught():
+    h = [served(0, 1, "replica-0", ("a", 200, True), ("b", 200, True)),
+         served(1, 2, "replica-1", ("b", 200, True))]
+    r = NoDuplicateExecution().check(h, RunContext())
+    assert r.valid is False
+    assert r.details["duplicated"] == 1
+    [ce] = r.counterexamples
+    assert ce["request_id"] == "b"
+    assert ce["executions"] == ["replica-0:200:complete", "replica-1:200:complete"]
+
+
+def test_same_replica_twice_is_a_duplicate_too():
+    h = [served(0, 1, "replica-0", ("a", 200, True)), served(1, 3, "replica-0", ("a", 200, True))]
+    assert NoDuplicateExecution().check(h, RunContext()).valid is False
+
+
+def test_retry_after_a_cut_attempt_is_counted_not_judged():
+    h = [served(0, 1, "replica-0", ("a", 200, False)), served(1, 2, "replica-1", ("a", 200, True)),
+         served(2, 2, "replica-1", ("b", 500, True), ("b", 200, True))]
+    r = NoDuplicateExecution().check(h, RunContext())
+    assert r.valid is True, r.counterexamples
+    assert r.details["retried"] == 2 and r.details["duplicated"] == 0
+
+
+def test_ids_are_forgotten_after_the_window_so_memory_stays_bounded():
+    ctx = RunContext(extra={"duplicate_window_s": 60})
+    c = NoDuplicateExecution()
+    c.start(ctx)
+    for i in range(1000):
+        c.feed(served(i, i, "replica-0", (f"r{i}", 200, True)))
+    assert len(c.seen) <= 61
+    assert c.result().valid is True
+
+
+def test_no_journal_is_unknown_and_journal_errors_are_counted():
+    assert NoDuplicateExecution().check([], RunContext()).valid == "unknown"
+    h = [served(0, 1, "replica-0", ("a", 200, True), error="bad journal line")]
+    r = NoDuplicateExecution().check(h, RunContext())
+    assert r.details["journal_errors"] == 1
+
+
+def test_journal_tail_reads_only_new_whole_lines_and_reports_bad_ones(tmp_path):
+    p = tmp_path / "replica-0.served.jsonl"
+    p.write_text(json.dumps({"rid": "old", "status": 200, "complete": True}) + "\n")
+    tail = JournalTail(p)  # starts at the end: "old" belongs to an earlier run
+    with p.open("a") as f:
+        f.write(json.dumps({"rid": "a", "status": 200, "complete": True}) + "\n")
+        f.write("not json\n")
+        f.write('{"rid": "b", "sta')  # a line being written right now
+    entries, bad = tail.read_new()
+    assert entries == [["a", 200, True]]
+    assert len(bad) == 1 and "not json" in bad[0]
+    with p.open("a") as f:
+        f.write('tus": 499, "complete": false}\n')
+    assert tail.read_new() == ([["b", 499, False]], [])
