@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ordeal.history import NEMESIS, History, utc_iso
 
 from .base import Fault
+from .schedule import Step
 
 
 @dataclass
@@ -74,3 +75,59 @@ async def inject_then_heal(fault: Fault, history: History, after_s: float, hold_
         except Exception as e:  # noqa: BLE001
             window.error = (window.error or "") + f" heal failed: {type(e).__name__}: {e}"
     return window
+
+
+async def _heal_window(fault: Fault, window: FaultWindow, history: History,
+                       say: Callable[[str], None]) -> None:
+    t0 = time.monotonic()
+    say(f"nemesis: heal {fault.kind} on {fault.target}")
+    try:
+        window.heal_result = await asyncio.to_thread(_record, history, "heal", fault, fault.heal)
+        window.healed = utc_iso()
+        say(f"nemesis: healed {fault.kind} on {fault.target} in {time.monotonic() - t0:.1f}s")
+    except Exception as e:  # noqa: BLE001 - recorded in the window
+        window.error = (window.error or "") + f" heal failed: {type(e).__name__}: {e}"
+
+
+async def run_schedule(steps: Sequence[Step], make: Callable[[Step], list[Fault]],
+                       history: History, progress: Callable[[str], None] | None = None
+                       ) -> list[FaultWindow]:
+    """Execute a schedule (faults.schedule): at each step's time, inject the
+    faults ``make`` builds for it, or heal those of its key. Whatever is
+    still injected when the schedule ends, fails or is cancelled is healed in
+    ``finally``: a schedule always ends healed."""
+    say = progress or (lambda _m: None)
+    t0 = time.monotonic()
+    active: dict[int, list[tuple[Fault, FaultWindow]]] = {}
+    windows: list[FaultWindow] = []
+    try:
+        for step in sorted(steps, key=lambda s: s.at_s):
+            await asyncio.sleep(max(0.0, t0 + step.at_s - time.monotonic()))
+            if step.action == "heal":
+                for fault, window in active.pop(step.key, []):
+                    await _heal_window(fault, window, history, say)
+                continue
+            try:
+                faults = make(step)
+            except Exception as e:  # noqa: BLE001 - a bad step is recorded, the rest runs
+                w = FaultWindow(step.kind, step.target, error=f"could not build: {e}")
+                windows.append(w)
+                history.append("info", NEMESIS, "inject", {"kind": step.kind,
+                               "target": step.target, "phase": "refused"}, str(e))
+                continue
+            for fault in faults:
+                window = FaultWindow(fault.kind, fault.target)
+                windows.append(window)
+                say(f"nemesis: inject {fault.kind} on {fault.target}")
+                try:
+                    window.inject_result = await asyncio.to_thread(
+                        _record, history, "inject", fault, fault.inject)
+                    window.injected = utc_iso()
+                except Exception as e:  # noqa: BLE001
+                    window.error = f"inject failed: {type(e).__name__}: {e}"
+                active.setdefault(step.key, []).append((fault, window))
+    finally:
+        for pairs in active.values():
+            for fault, window in pairs:
+                await _heal_window(fault, window, history, say)
+    return windows

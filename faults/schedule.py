@@ -52,6 +52,9 @@ def plan_schedule(choices: Sequence[FaultChoice], duration_s: float, seed: int,
     for name, (lo, hi) in (("quiet_s", quiet_s), ("hold_s", hold_s)):
         if not 0 <= lo <= hi:
             raise ConfigError(f"schedule: {name}={lo, hi} must satisfy 0 <= min <= max")
+    if quiet_s[0] + hold_s[0] < 0.1:
+        raise ConfigError(f"schedule: quiet_s={quiet_s} and hold_s={hold_s} let a step take no "
+                          "time; make min quiet + min hold at least 0.1 s")
     rng = random.Random(seed)
     steps: list[Step] = []
     t, key = 0.0, 0

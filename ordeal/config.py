@@ -53,6 +53,9 @@ class ClusterSpec:
     model_seed: int = 0
     ready_timeout_s: float = 300.0
     host: str = "127.0.0.1"
+    # Put Ordeal's fault proxy on every link (client-router, router-replica-i)
+    # so link faults (latency, bandwidth, resets, HTTP/SSE faults) can act.
+    fault_proxy: bool = True
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

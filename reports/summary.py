@@ -24,7 +24,8 @@ def build_summary(*, run_id: str, suite: str, started: str, ended: str,
                   cluster: dict[str, Any], counts: dict[str, int],
                   nemesis_counts: dict[str, int], faults: list[dict[str, Any]],
                   invariants: list[dict[str, Any]], workload: dict[str, Any],
-                  errors: list[str] | None = None) -> dict[str, Any]:
+                  errors: list[str] | None = None,
+                  schedule: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {
         "schema": SCHEMA_VERSION,
         "run_id": run_id,
@@ -41,6 +42,7 @@ def build_summary(*, run_id: str, suite: str, started: str, ended: str,
             "nemesis": sum(nemesis_counts.values()),
         },
         "faults": faults,
+        "schedule": schedule or [],
         "invariants": invariants,
         "errors": errors or [],
         "verdict": verdict_of([i.get("valid") for i in invariants]

@@ -1,0 +1,269 @@
+"""clock_drift: move a node's wall clock (offset, drift, or strobe).
+
+A node started under libfaketime (``faketime_env``) reads its wall clock
+through a small control file; this fault rewrites that file. Facts measured
+on this machine with the ``libfaketime`` 3.0.1 wheel (see the tests):
+
+- Only the wall clock moves: FAKETIME_DONT_FAKE_MONOTONIC=1. A real host's
+  clock error (a bad NTP step, a drifting RTC) moves CLOCK_REALTIME, never
+  CLOCK_MONOTONIC; vLLM and asyncio schedule, time out and measure latency
+  with the monotonic clock, and a faked monotonic clock would jump backwards
+  under a negative offset or a strobe, which no real host does.
+- libfaketime keeps a rate once one was set: after "+0 x2" the file "+0"
+  still runs the clock at twice speed (parse_ft_string only sets the rate
+  when it sees an "x"). Heal therefore writes ``NEUTRAL`` = "+0 x1", which
+  restores the real clock and rate; "+0" is only the initial content.
+- A rate is applied from the process's own start (fake = start +
+  (now - start) * rate + offset), so "+0 x1.5" written an hour after start
+  jumps the clock by half an hour. Drift mode compensates for the node's
+  lead process (the API server, whose clock stamps ``created``): at
+  injection its clock is off by exactly ``offset_s`` and then drifts.
+  Child processes started later are off by (rate-1) x their start delay.
+- With a rate set, libfaketime also scales relative sleeps and poll
+  timeouts by 1/rate (whether or not the monotonic clock is faked), so in
+  drift mode the node's timers run fast or slow too, as on a host whose
+  oscillator is off.
+- libfaketime re-reads the file at most every FAKETIME_CACHE_DURATION
+  seconds (whole seconds); see ``CACHE_DURATION_S`` for the measured choice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ordeal.topology import Node
+
+from .base import Fault, FaultError
+from .cotenant import Helper, end_helper, new_tag, proc_start_time, ready_info, spawn_helper
+from .ledger import Ledger, LedgerEntry
+from .safety import require_running
+
+INITIAL = "+0"
+NEUTRAL = "+0 x1"  # real time, real rate (a bare "+0" would keep an earlier rate)
+#: How often a faked process re-reads its clock file. Measured (see the
+#: report in tests/test_host_faults.py): FAKETIME_NO_CACHE=1 makes every
+#: clock read open and parse the file; a 1 s cache costs nothing measurable,
+#: and a change takes effect within 1 s.
+CACHE_DURATION_S = 1
+MODES = ("offset", "drift", "strobe")
+
+
+def libfaketime_library() -> Path:
+    """libfaketime.so.1 from the ``libfaketime`` wheel (found without
+    importing it: its __init__ pulls in dateutil and pytz)."""
+    spec = importlib.util.find_spec("libfaketime")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError("libfaketime is not installed in this environment: "
+                                "pip install libfaketime (it is in the vllm extra)")
+    lib = Path(spec.origin).parent / "vendor" / "libfaketime" / "src" / "libfaketime.so.1"
+    if not lib.exists():
+        raise FileNotFoundError(f"the libfaketime wheel has no {lib}; reinstall it "
+                                "(pip install --force-reinstall libfaketime)")
+    return lib
+
+
+def faketime_env(clock_file: Path) -> dict[str, str]:
+    """Environment that starts a process with its wall clock read from
+    ``clock_file`` (libfaketime's "+3600" / "-120 x1.5" format)."""
+    preload = [str(libfaketime_library())]
+    if os.environ.get("LD_PRELOAD"):
+        preload.append(os.environ["LD_PRELOAD"])
+    return {
+        "LD_PRELOAD": ":".join(preload),
+        "FAKETIME_TIMESTAMP_FILE": str(clock_file),
+        "FAKETIME_CACHE_DURATION": str(CACHE_DURATION_S),
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        # A skewed clock does not change the mtimes of files already on disk.
+        "NO_FAKE_STAT": "1",
+    }
+
+
+def write_clock(clock_file: Path, spec: str) -> None:
+    """Replace the file's content atomically (rename): a reader sees the
+    old spec or the new one, never half of one."""
+    clock_file = Path(clock_file)
+    tmp = clock_file.with_name(f".{clock_file.name}.{os.getpid()}.tmp")
+    tmp.write_text(spec + "\n")
+    os.replace(tmp, clock_file)
+
+
+def prepare_clock_file(clock_file: Path) -> None:
+    """Create the control file with real time ("+0") before the node starts."""
+    Path(clock_file).parent.mkdir(parents=True, exist_ok=True)
+    write_clock(clock_file, INITIAL)
+
+
+def read_clock(clock_file: Path) -> str:
+    return Path(clock_file).read_text().strip()
+
+
+def is_neutral(spec: str) -> bool:
+    return spec.split() in (["+0"], ["+0", "x1"], ["+0", "x1.0"])
+
+
+def offset_spec(offset_s: float) -> str:
+    return f"{offset_s:+g}"
+
+
+def drift_spec(offset_s: float, rate: float, since_start_s: float) -> str:
+    """Spec whose clock is ``offset_s`` off now and then runs at ``rate``,
+    for a process that started ``since_start_s`` ago (module docstring)."""
+    return f"{offset_s - (rate - 1.0) * since_start_s:+.3f} x{rate:g}"
+
+
+def process_started_epoch(pid: int) -> float:
+    """Wall-clock time a process started (btime + its start ticks)."""
+    start = proc_start_time(pid)
+    if start is None:
+        raise FaultError(f"clock_drift: process {pid} is gone; is the node running?")
+    btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                 if line.startswith("btime "))
+    return btime + int(start) / os.sysconf("SC_CLK_TCK")
+
+
+def lead_pid(node: Node) -> int:
+    """The node's group leader (for a LocalNode: the vLLM API server)."""
+    pids = node.pids()
+    if not pids:
+        raise FaultError(f"clock_drift: {node.name} has no live process")
+    pgid = os.getpgid(pids[0])
+    return pgid if pgid in pids else min(pids)
+
+
+class ClockDrift(Fault):
+    kind = "clock_drift"
+
+    def __init__(self, node: Node, run_id: str, ledger: Ledger, mode: str = "offset",
+                 offset_s: float = 3600.0, rate: float = 1.5, strobe_period_s: float = 3.0):
+        super().__init__(node.name, run_id, ledger)
+        self.node = node
+        self.mode = mode
+        self.offset_s = offset_s
+        self.rate = rate
+        self.strobe_period_s = strobe_period_s
+        self.tag = new_tag()
+        self.strober: Helper | None = None
+
+    def _preflight(self) -> None:
+        if self.mode not in MODES:
+            raise FaultError(f"clock_drift: mode {self.mode!r} is not one of {MODES}")
+        if self.mode == "drift" and (self.rate <= 0 or self.rate == 1):
+            raise FaultError(f"clock_drift: drift needs a rate > 0 other than 1, not {self.rate}")
+        if self.mode in ("offset", "strobe") and self.offset_s == 0:
+            raise FaultError(f"clock_drift: {self.mode} with offset_s=0 would change nothing")
+        if self.mode == "strobe" and self.strobe_period_s < 2 * CACHE_DURATION_S:
+            raise FaultError(
+                f"clock_drift: strobe_period_s={self.strobe_period_s} is shorter than twice "
+                f"libfaketime's {CACHE_DURATION_S}s file cache; the node would miss flips. "
+                f"Use {2 * CACHE_DURATION_S}s or more")
+        require_running(self.node, self.kind)
+        clock_file = self.node.clock_file
+        if clock_file is None:
+            raise FaultError(
+                f"clock_drift: {self.node.name} was not started under libfaketime, so its clock "
+                "cannot be moved. Start it with a clock file: VllmReplica(..., "
+                "clock_file=Path('<dir>/<node>.clock')) (which sets faults.clock_drift."
+                "faketime_env(clock_file) in its environment), then inject again")
+        try:
+            current = read_clock(clock_file)
+        except OSError as e:
+            raise FaultError(f"clock_drift: cannot read {self.node.name}'s clock file "
+                             f"{clock_file} ({e}); restart the node with a clock_file") from None
+        if not is_neutral(current):
+            raise FaultError(
+                f"clock_drift: {self.node.name}'s clock is already moved (file {clock_file} "
+                f"says {current!r}); heal that fault first (python -m faults heal-all)")
+
+    def _inverse(self) -> dict[str, Any]:
+        strober = {"tag": self.tag, "pid": None, "start_time": None} \
+            if self.mode == "strobe" else None
+        return {"clock_file": str(self.node.clock_file), "neutral": NEUTRAL, "strober": strober}
+
+    def _act(self) -> dict[str, Any]:
+        assert self.entry is not None and self.node.clock_file is not None
+        clock_file = self.node.clock_file
+        done: dict[str, Any] = {"mode": self.mode, "clock_file": str(clock_file),
+                                "takes_effect_within_s": CACHE_DURATION_S}
+        if self.mode == "offset":
+            spec = offset_spec(self.offset_s)
+            write_clock(clock_file, spec)
+            return {**done, "spec": spec, "offset_s": self.offset_s}
+        if self.mode == "drift":
+            since = time.time() - process_started_epoch(lead_pid(self.node))
+            spec = drift_spec(self.offset_s, self.rate, since)
+            write_clock(clock_file, spec)
+            return {**done, "spec": spec, "offset_s": self.offset_s, "rate": self.rate,
+                    "lead_process_age_s": round(since, 2)}
+        argv = [sys.executable, "-m", "faults.clock_drift", "strobe", "--file", str(clock_file),
+                "--offset", repr(self.offset_s), "--period", repr(self.strobe_period_s)]
+        self.strober = spawn_helper(argv, self.run_id, self.node.name, self.tag)
+        self.entry.inverse["strober"] = self.strober.as_dict()
+        self.ledger.record(self.entry)  # same id: now with the strober's pid
+        return {**done, "spec": f"{offset_spec(self.offset_s)} <-> {NEUTRAL}",
+                "offset_s": self.offset_s, "period_s": self.strobe_period_s,
+                "strober_pid": self.strober.pid, "ready": ready_info(self.strober)}
+
+    def _undo(self) -> dict[str, Any]:
+        assert self.entry is not None
+        return _restore(self.entry.inverse)
+
+    @classmethod
+    def heal_entry(cls, entry: LedgerEntry) -> str:
+        done = _restore(entry.inverse)
+        return (f"healed {entry.kind} on {entry.target} from run {entry.run_id}: "
+                f"{done['clock_file']} -> {done['spec']!r}"
+                + (f", ended strober pid(s) {done['ended_pids']}" if done["ended_pids"] else ""))
+
+
+def _restore(inverse: dict[str, Any]) -> dict[str, Any]:
+    """End the strober first (it would rewrite the file), then write the
+    neutral spec. A clock file whose directory is gone went with its
+    cluster: nothing reads it any more."""
+    ended = end_helper(inverse["strober"]) if inverse.get("strober") else []
+    clock_file = Path(inverse["clock_file"])
+    for stray in clock_file.parent.glob(f".{clock_file.name}.*.tmp"):  # a strober killed mid-write
+        stray.unlink(missing_ok=True)
+    if clock_file.exists():
+        write_clock(clock_file, inverse.get("neutral", NEUTRAL))
+        spec = read_clock(clock_file)
+    else:
+        spec = "(file gone with its cluster; nothing to restore)"
+    return {"clock_file": str(clock_file), "spec": spec, "ended_pids": ended}
+
+
+def strobe(clock_file: Path, offset_s: float, period_s: float) -> None:
+    """Flip the clock between ``offset_s`` and real time every period, for
+    ever (the helper process; ended by pid on heal)."""
+    specs = (offset_spec(offset_s), NEUTRAL)
+    write_clock(clock_file, specs[0])
+    print(f"READY strobe file={clock_file} specs={specs[0]!r},{specs[1]!r} period={period_s}",
+          flush=True)
+    i = 0
+    next_flip = time.monotonic() + period_s
+    while True:
+        time.sleep(max(0.0, next_flip - time.monotonic()))
+        i += 1
+        write_clock(clock_file, specs[i % 2])
+        next_flip += period_s
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m faults.clock_drift")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("strobe", help="flip a clock file between an offset and real time")
+    s.add_argument("--file", required=True, type=Path)
+    s.add_argument("--offset", required=True, type=float)
+    s.add_argument("--period", required=True, type=float)
+    args = ap.parse_args(argv)
+    strobe(args.file, args.offset, args.period)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

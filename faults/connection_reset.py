@@ -1,0 +1,23 @@
+"""connection_reset: reset (TCP RST) the link's connections, ``timeout_ms``
+after their first bytes in ``direction`` (0: at the first bytes), by the
+proxy's ``reset_peer`` toxic. With a timeout longer than time to first
+token, streams are cut mid-way: what a crashed middlebox does. (Where the
+suite runs as root, iptables REJECT --reject-with tcp-reset does the same in
+the kernel; this is the form that works without root.)"""
+
+from __future__ import annotations
+
+from ordeal.topology import Link
+
+from .ledger import Ledger
+from .link_fault import LinkFault, ToxicSpec, directions
+
+
+class ConnectionReset(LinkFault):
+    kind = "connection_reset"
+
+    def __init__(self, link: Link, run_id: str, ledger: Ledger, timeout_ms: int = 0,
+                 direction: str = "downstream", toxicity: float = 1.0):
+        specs = [ToxicSpec("reset_peer", d, {"timeout_ms": timeout_ms}, toxicity)
+                 for d in directions(direction, self.kind)]
+        super().__init__(link, run_id, ledger, specs)

@@ -1,0 +1,460 @@
+"""Co-tenants: labelled helper processes that sit beside a node and take
+something away from it (CPU, memory, GPU compute, GPU memory), plus the
+small process plumbing every helper of a fault needs (the clock strober too).
+
+Why a separate process: a hog must outlive neither its fault nor a crashed
+harness unnoticed. Each helper runs in a session of its own, carries
+ORDEAL_RUN_ID / ORDEAL_NODE / ORDEAL_HELPER (a unique tag) in its
+environment, and is recorded as (pid, start time, tag) in the ledger, so
+``heal_entry`` can end exactly it after a crash, and nothing else: we kill by
+pid after checking the start time or the tag, never by name.
+
+Run as ``python -m faults.cotenant MODE ...``:
+
+- ``cpu --cpus 1 --per-cpu 2``: busy loops pinned to the given CPUs
+- ``memory --mb 1024``: allocate and touch N MB of RAM, then hold it
+- ``cuda-matmul --device 0 --size 8192``: bf16 matmuls in a loop (the GPU is
+  then throttled by load alone: power cap, clocks; no setting is touched)
+- ``cuda-memory --device 0 --fraction 0.8``: hold a share of device memory
+
+Each mode prints one line ``READY ...`` once its load is in place.
+NEVER does any mode change GPU clocks, power limits, persistence or compute
+mode: the throttle comes from load only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from ordeal.config import state_dir
+from ordeal.topology import Node
+
+from .base import Fault, FaultError
+from .ledger import Ledger, LedgerEntry
+from .safety import require_running
+
+LABEL = "ORDEAL_RUN_ID"  # the same label fixtures.processes puts on nodes
+HELPER_LABEL = "ORDEAL_HELPER"  # unique per helper: what heal matches on
+READY = "READY"
+
+
+# --- /proc reading (faults sit below fixtures, so no import from there) -----
+
+def proc_start_time(pid: int) -> str | None:
+    """Field 22 of /proc/PID/stat (start time in clock ticks): with the pid it
+    names one process for good, even after the pid is reused. None if gone
+    or a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def proc_environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    out = {}
+    for item in raw.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep:
+            out[k.decode(errors="replace")] = v.decode(errors="replace")
+    return out
+
+
+def pids_with_tag(tag: str) -> list[int]:
+    """Live processes whose environment carries ORDEAL_HELPER=tag: how a
+    helper is found when a crash came between spawning it and recording its
+    pid. The tag is a fresh uuid, so it matches only what we started."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and proc_start_time(int(entry)) is not None \
+                and proc_environ(int(entry)).get(HELPER_LABEL) == tag:
+            found.append(int(entry))
+    return found
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set of one process (VmRSS), 0 if it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def mem_available_bytes() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("/proc/meminfo has no MemAvailable line")
+
+
+def node_cpus(pids: Sequence[int]) -> list[int]:
+    """The CPUs a node computes on: the narrowest affinity among its
+    processes (a vLLM CPU worker is bound to its core by
+    VLLM_CPU_OMP_THREADS_BIND while its API server may run anywhere; the
+    worker's core is where competing load hurts). Falls back to every CPU
+    this process may use when no pid can be read."""
+    sets = []
+    for pid in pids:
+        try:
+            sets.append(frozenset(os.sched_getaffinity(pid)))
+        except OSError:
+            continue
+    if not sets:
+        return sorted(os.sched_getaffinity(0))
+    return sorted(min(sets, key=len))
+
+
+# --- labelled helper processes ----------------------------------------------
+
+@dataclass(frozen=True)
+class Helper:
+    """A running helper, as the ledger records it (plain data)."""
+
+    pid: int
+    start_time: str
+    tag: str
+    argv: list[str]
+    log: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def new_tag() -> str:
+    return uuid.uuid4().hex
+
+
+def helper_log_path(tag: str) -> Path:
+    return state_dir() / "helpers" / f"{tag}.log"
+
+
+def spawn_helper(argv: Sequence[str], run_id: str, node_name: str, tag: str,
+                 ready_timeout_s: float = 60.0, extra_env: dict[str, str] | None = None) -> Helper:
+    """Start ``argv`` in its own session with our labels, and wait until its
+    log shows a ``READY`` line (its load is in place) or it dies. The log is
+    under the state dir, so a helper that failed says why."""
+    log = helper_log_path(tag)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **(extra_env or {}), LABEL: run_id, "ORDEAL_NODE": node_name,
+           HELPER_LABEL: tag, "ORDEAL_OWNER_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"}
+    repo_root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [repo_root, env.get("PYTHONPATH")]))
+    with log.open("ab") as out:
+        proc = subprocess.Popen(list(argv), env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    start = proc_start_time(proc.pid) or ""
+    helper = Helper(proc.pid, start, tag, list(argv), str(log))
+    deadline = time.monotonic() + ready_timeout_s
+    while time.monotonic() < deadline:
+        if any(line.startswith(READY) for line in _log_lines(log)):
+            return helper
+        if proc.poll() is not None:
+            raise RuntimeError(f"helper {' '.join(argv)} exited with code {proc.returncode} "
+                               f"before it was ready; its log {log} ends: "
+                               f"{_log_lines(log)[-5:]}")
+        time.sleep(0.05)
+    end_helper(helper.as_dict())
+    raise RuntimeError(f"helper {' '.join(argv)} was not ready within {ready_timeout_s}s "
+                       f"(no {READY} line in {log}); it was ended. Log ends: "
+                       f"{_log_lines(log)[-5:]}")
+
+
+def _log_lines(log: Path) -> list[str]:
+    try:
+        return log.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def ready_info(helper: Helper) -> str:
+    """The helper's READY line (what its load is), for the result dict."""
+    for line in _log_lines(Path(helper.log)):
+        if line.startswith(READY):
+            return line
+    return ""
+
+
+def helper_alive(rec: dict[str, Any]) -> bool:
+    return bool(_helper_pids(rec))
+
+
+def _helper_pids(rec: dict[str, Any]) -> list[int]:
+    """Live processes of a recorded helper: its leader if the start time
+    still matches, plus any process carrying its tag (forked workers)."""
+    pids = set(pids_with_tag(rec["tag"]))
+    pid, start = rec.get("pid"), rec.get("start_time")
+    if pid and start and proc_start_time(pid) == start:
+        pids.add(pid)
+    return sorted(pids)
+
+
+def end_helper(rec: dict[str, Any], timeout_s: float = 10.0) -> list[int]:
+    """SIGKILL a recorded helper and every process carrying its tag, and wait
+    until they are gone. Idempotent: an already-ended helper is a no-op.
+    Returns the pids that were ended."""
+    ended = _helper_pids(rec)
+    for pid in ended:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for pid in ended:  # reap our own children so they do not linger as zombies
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        if not _helper_pids(rec):
+            break
+        time.sleep(0.05)
+    left = _helper_pids(rec)
+    if left:
+        raise RuntimeError(f"helper {rec['tag']} processes {left} survived SIGKILL for "
+                           f"{timeout_s}s; look at them with ps -o pid,stat,cmd -p "
+                           f"{','.join(map(str, left))}")
+    return ended
+
+
+def helper_argv(mode: str, *args: str) -> list[str]:
+    """argv that names what it is in ps: python -m faults.cotenant MODE ..."""
+    return [sys.executable, "-m", "faults.cotenant", mode, *args]
+
+
+# --- NVML readback -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One NVML reading of a GPU: what a throttle or pressure fault proves
+    itself with."""
+
+    sm_clock_mhz: int
+    sm_clock_max_mhz: int
+    clocks_event_reasons: int  # bit mask: 0x4 SwPowerCap, 0x8 HwSlowdown, 0x20 SwThermal...
+    util_gpu_pct: int
+    mem_used_mb: int
+    mem_total_mb: int
+    power_w: float
+
+
+def nvml_device_count() -> int:
+    """Number of GPUs NVML sees; 0 when there is no NVML (no driver, or
+    nvidia-ml-py not installed), which is how a CPU-only machine looks."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:  # noqa: BLE001 - any failure means: no usable GPU here
+        return 0
+
+
+def nvml_sample(index: int = 0) -> GpuSample:
+    import pynvml
+
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(index)
+    reasons_fn = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+        pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+    return GpuSample(
+        sm_clock_mhz=int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
+        sm_clock_max_mhz=int(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)),
+        clocks_event_reasons=int(reasons_fn(h)),
+        util_gpu_pct=int(pynvml.nvmlDeviceGetUtilizationRates(h).gpu),
+        mem_used_mb=int(mem.used // 2**20),
+        mem_total_mb=int(mem.total // 2**20),
+        power_w=round(pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0, 1),
+    )
+
+
+# --- the fault shape shared by gpu_throttle and gpu_memory_pressure ------------
+
+class CotenantFault(Fault):
+    """A fault whose whole effect is one co-tenant helper beside the node:
+    inject starts it, heal ends it. The ledger entry is written before the
+    helper exists and names it by its tag; once it runs, the entry is
+    rewritten with its pid and start time. So a crash at any point leaves
+    enough for ``heal_entry`` to end exactly it."""
+
+    def __init__(self, node: Node, run_id: str, ledger: Ledger, backend: str = "auto",
+                 device: int = 0):
+        super().__init__(node.name, run_id, ledger)
+        if backend not in ("auto", "cuda", "cpu"):
+            raise ValueError(f"backend must be auto, cuda or cpu, not {backend!r}")
+        self.node = node
+        self.backend = backend
+        self.device = device
+        self.tag = new_tag()
+        self.helper: Helper | None = None
+        self._plan: tuple[list[str], str, dict[str, Any]] | None = None
+
+    def _plan_helper(self, backend: str) -> tuple[list[str], str, dict[str, Any]]:
+        """(helper argv, analog name, details for the result) for ``backend``;
+        raise FaultError when the plan cannot work here."""
+        raise NotImplementedError
+
+    def _resolve_backend(self) -> str:
+        if self.backend != "auto":
+            return self.backend
+        return "cuda" if nvml_device_count() > 0 else "cpu"
+
+    def _preflight(self) -> None:
+        require_running(self.node, self.kind)
+        backend = self._resolve_backend()
+        if backend == "cuda":
+            count = nvml_device_count()
+            if self.device >= count:
+                raise FaultError(
+                    f"{self.kind}: GPU {self.device} is not there (NVML sees {count} GPU(s)); "
+                    "pick a device index NVML lists, or use backend='cpu' for a CPU replica")
+        self._plan = self._plan_helper(backend)
+
+    def _inverse(self) -> dict[str, Any]:
+        assert self._plan is not None
+        return {"helper": {"tag": self.tag, "pid": None, "start_time": None},
+                "analog": self._plan[1]}
+
+    def _act(self) -> dict[str, Any]:
+        assert self._plan is not None and self.entry is not None
+        argv, analog, details = self._plan
+        self.helper = spawn_helper(argv, self.run_id, self.node.name, self.tag)
+        self.entry.inverse["helper"] = self.helper.as_dict()
+        self.ledger.record(self.entry)  # same id: now with pid and start time
+        return {"analog": analog, "helper_pid": self.helper.pid,
+                "helper_argv": " ".join(argv[1:]), "ready": ready_info(self.helper), **details}
+
+    def _undo(self) -> dict[str, Any]:
+        assert self.entry is not None
+        return {"ended_pids": end_helper(self.entry.inverse["helper"])}
+
+    @classmethod
+    def heal_entry(cls, entry: LedgerEntry) -> str:
+        ended = end_helper(entry.inverse["helper"])
+        what = f"ended co-tenant {entry.inverse.get('analog')} pid(s) {ended}" if ended \
+            else "its co-tenant was already gone"
+        return f"healed {entry.kind} on {entry.target} from run {entry.run_id}: {what}"
+
+
+# --- the hog modes (run inside the helper process) ------------------------------
+
+def _die_with_parent() -> None:
+    """Forked workers die with their leader (prctl PR_SET_PDEATHSIG), so
+    killing the leader can never leave a spinning orphan behind."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _spin_forever() -> None:
+    while True:
+        pass
+
+
+def run_cpu(cpus: list[int], per_cpu: int) -> None:
+    """``per_cpu`` busy loops on each CPU: under CFS a node's thread on that
+    CPU then gets about 1/(per_cpu+1) of it."""
+    leader = os.getpid()
+    for cpu in cpus:
+        for _ in range(per_cpu):
+            if os.fork() == 0:
+                _die_with_parent()
+                if os.getppid() != leader:  # the leader died before prctl took hold
+                    os._exit(0)
+                os.sched_setaffinity(0, {cpu})
+                _spin_forever()
+    print(f"{READY} cpu cpus={','.join(map(str, cpus))} per_cpu={per_cpu} "
+          f"workers={len(cpus) * per_cpu}", flush=True)
+    while True:
+        signal.pause()
+
+
+def run_memory(mb: int) -> None:
+    """Allocate ``mb`` MB and write one byte per page, so every page is
+    resident (an untouched allocation costs the machine nothing)."""
+    size = mb * 2**20
+    buf = bytearray(size)
+    for off in range(0, size, 4096):
+        buf[off] = 1
+    print(f"{READY} memory mb={mb} rss_bytes={rss_bytes(os.getpid())}", flush=True)
+    while True:
+        signal.pause()
+
+
+def run_cuda_matmul(device: int, size: int) -> None:
+    import torch
+
+    dev = torch.device("cuda", device)
+    a = torch.randn(size, size, dtype=torch.bfloat16, device=dev)
+    b = torch.randn(size, size, dtype=torch.bfloat16, device=dev)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize(dev)
+    print(f"{READY} cuda-matmul device={device} size={size}", flush=True)
+    while True:
+        for _ in range(20):
+            a @ b
+        torch.cuda.synchronize(dev)
+
+
+def run_cuda_memory(device: int, fraction: float) -> None:
+    import torch
+
+    dev = torch.device("cuda", device)
+    free, total = torch.cuda.mem_get_info(dev)
+    want = int(total * fraction)
+    if want > free - 2**30:
+        raise SystemExit(f"cuda-memory: asked for {want >> 20} MiB ({fraction:.0%} of "
+                         f"{total >> 20} MiB) but only {free >> 20} MiB is free; ask for less")
+    x = torch.empty(want, dtype=torch.uint8, device=dev)
+    x.fill_(1)  # touch it: the allocation is real, not lazy
+    torch.cuda.synchronize(dev)
+    print(f"{READY} cuda-memory device={device} bytes={want}", flush=True)
+    while True:
+        signal.pause()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m faults.cotenant", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="mode", required=True)
+    c = sub.add_parser("cpu")
+    c.add_argument("--cpus", required=True, help="comma-separated CPU ids")
+    c.add_argument("--per-cpu", type=int, default=2)
+    m = sub.add_parser("memory")
+    m.add_argument("--mb", type=int, required=True)
+    g = sub.add_parser("cuda-matmul")
+    g.add_argument("--device", type=int, default=0)
+    g.add_argument("--size", type=int, default=8192)
+    p = sub.add_parser("cuda-memory")
+    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--fraction", type=float, default=0.8)
+    args = ap.parse_args(argv)
+    if args.mode == "cpu":
+        run_cpu([int(c) for c in args.cpus.split(",")], args.per_cpu)
+    elif args.mode == "memory":
+        run_memory(args.mb)
+    elif args.mode == "cuda-matmul":
+        run_cuda_matmul(args.device, args.size)
+    else:
+        run_cuda_memory(args.device, args.fraction)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

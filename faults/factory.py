@@ -1,0 +1,60 @@
+"""From a schedule's words (kind, target spec, params) to Fault objects on a
+live cluster. Pure lookup plus target selection; the faults themselves act.
+
+Node kinds take a node (a replica, or the router when named); link kinds
+take a link of the fault proxy (``client-router``, ``router-replica-0``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+from typing import Any
+
+from ordeal.topology import Cluster
+
+from .base import REGISTRY, Fault, FaultError
+from .ledger import Ledger
+from .targets import select
+
+LINK_KINDS = frozenset({"network_latency", "bandwidth_limit", "connection_reset",
+                        "http_fault", "lsn_jump"})
+
+
+def fault_class(kind: str) -> type[Fault]:
+    from . import catalogue  # noqa: F401 - registers every kind
+
+    try:
+        return REGISTRY[kind]
+    except KeyError:
+        raise FaultError(f"unknown fault kind {kind!r}; known kinds: "
+                         f"{', '.join(sorted(REGISTRY))}") from None
+
+
+def build_faults(kind: str, target: str, cluster: Cluster, run_id: str, ledger: Ledger,
+                 rng: random.Random, params: dict[str, Any] | None = None) -> list[Fault]:
+    """One Fault per chosen target. Mode words (one, minority, majority, all)
+    choose among replicas (node kinds) or links (link kinds); explicit names
+    may also name the router."""
+    cls = fault_class(kind)
+    params = dict(params or {})
+    if kind in LINK_KINDS:
+        links = list(cluster.links)
+        if not links:
+            raise FaultError(f"{kind} acts on the fault proxy's links, and this cluster has "
+                             "none: start it with the fault proxy on")
+        names = select(target, [x.name for x in links], rng)
+        objs: list[Any] = [cluster.link(n) for n in names]
+    else:
+        pool = [n.name for n in (cluster.replicas() if target in ("one", "minority", "majority",
+                                                                  "all") else cluster.nodes)]
+        objs = [cluster.node(n) for n in select(target, pool, rng)]
+    out = []
+    for obj in objs:
+        try:
+            out.append(cls(obj, run_id, ledger, **params))
+        except TypeError as e:
+            sig = inspect.signature(cls.__init__)
+            raise FaultError(f"{kind}: bad parameters {params} ({e}); it takes "
+                             f"{', '.join(list(sig.parameters)[4:]) or 'no parameters'}") from None
+    return out

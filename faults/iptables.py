@@ -1,0 +1,339 @@
+"""A thin adapter over the ``iptables`` command: the suite's own chains only.
+
+Every rule the suite adds lives in a chain of its own, ``ORDEAL-<fault id>``,
+reached by one jump per hook (INPUT, OUTPUT) that carries the comment
+``ordeal:<run_id>:<fault id>``. So a heal is "remove that chain and the jumps
+to it", a crashed run's rules are found by name (``python -m faults
+heal-all`` needs only the fault id from the ledger), and nothing the suite
+does can touch a rule that is not its own: removal refuses any chain whose
+name does not start with ``ORDEAL-``.
+
+The binary is the ``iptables`` found on PATH (on these machines the nf_tables
+backend, 1.8.9); every call passes ``-w`` so concurrent callers wait for the
+lock instead of failing. Rule building and output parsing are pure functions
+(unit-tested without root); only ``run`` and the functions that call it touch
+the kernel.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ordeal.topology import Endpoint, Node
+
+from .base import Fault, FaultError
+from .ledger import Ledger, LedgerEntry
+from .safety import require_ours, require_running
+
+CHAIN_PREFIX = "ORDEAL-"
+#: iptables limits chain names to 28 characters (XT_EXTENSION_MAXNAMELEN - 1).
+MAX_CHAIN_LEN = 28
+#: The hooks a chain may be jumped to from (filter table).
+HOOKS = ("INPUT", "OUTPUT")
+RUN_TIMEOUT_S = 60.0
+_ID_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+_COUNTER_RE = re.compile(r" -c (\d+) (\d+)")
+
+
+class IptablesError(RuntimeError):
+    """An iptables command failed after the fault started acting. Carries the
+    command and iptables' own message; the fault heals what it had done."""
+
+
+@dataclass(frozen=True)
+class ChainSpec:
+    """One suite chain: its rules (argv after ``-A <chain>``) and the hooks
+    that jump to it, each jump labelled with ``comment``."""
+
+    name: str
+    comment: str
+    rules: tuple[tuple[str, ...], ...]
+    hooks: tuple[str, ...] = HOOKS
+
+
+@dataclass(frozen=True)
+class RuleCounter:
+    """One rule of a chain and how many packets and bytes it matched."""
+
+    rule: str
+    packets: int
+    bytes: int
+
+
+@dataclass
+class ChainInfo:
+    """An ORDEAL chain as ``iptables -S`` shows it, with the jumps to it."""
+
+    name: str
+    jump_hooks: list[str] = field(default_factory=list)
+    comments: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- pure parts
+
+def chain_name(fault_id: str) -> str:
+    """``ORDEAL-<fault id>``; refuses ids iptables would reject or truncate."""
+    if not _ID_RE.match(fault_id):
+        raise ValueError(f"fault id {fault_id!r}: only letters, digits, '-' and '_' may "
+                         "appear in an iptables chain name")
+    name = CHAIN_PREFIX + fault_id
+    if len(name) > MAX_CHAIN_LEN:
+        raise ValueError(f"chain name {name!r} is {len(name)} characters; iptables allows "
+                         f"{MAX_CHAIN_LEN}. Use a fault id of at most "
+                         f"{MAX_CHAIN_LEN - len(CHAIN_PREFIX)} characters")
+    return name
+
+
+def comment_for(run_id: str, fault_id: str) -> str:
+    """The label on every jump: which run and which fault put it there."""
+    return f"ordeal:{run_id}:{fault_id}"
+
+
+def jump_rule(hook: str, chain: str, comment: str) -> list[str]:
+    """Arguments that insert the jump to ``chain`` first in ``hook``, so the
+    suite's rules act before any ACCEPT someone else placed there."""
+    if hook not in HOOKS:
+        raise ValueError(f"hook {hook!r}: the suite jumps only from {HOOKS}")
+    return ["-I", hook, "1", "-m", "comment", "--comment", comment, "-j", chain]
+
+
+def create_commands(spec: ChainSpec) -> list[list[str]]:
+    """The iptables argv lists (without the binary) that build ``spec``:
+    the chain, its rules, then the jumps (the moment it takes effect)."""
+    cmds = [["-N", spec.name]]
+    cmds += [["-A", spec.name, *rule] for rule in spec.rules]
+    cmds += [jump_rule(hook, spec.name, spec.comment) for hook in spec.hooks]
+    return cmds
+
+
+def parse_chains(listing: str) -> list[ChainInfo]:
+    """ORDEAL chains and the jumps to them, from ``iptables -S`` output."""
+    chains: dict[str, ChainInfo] = {}
+    for line in listing.splitlines():
+        tokens = shlex.split(line)
+        if len(tokens) == 2 and tokens[0] == "-N" and tokens[1].startswith(CHAIN_PREFIX):
+            chains.setdefault(tokens[1], ChainInfo(tokens[1]))
+    for line in listing.splitlines():
+        tokens = shlex.split(line)
+        if len(tokens) >= 4 and tokens[0] == "-A" and tokens[-2] == "-j" \
+                and tokens[-1] in chains:
+            info = chains[tokens[-1]]
+            info.jump_hooks.append(tokens[1])
+            if "--comment" in tokens:
+                info.comments.append(tokens[tokens.index("--comment") + 1])
+    return list(chains.values())
+
+
+def jumps_to(listing: str, chain: str) -> list[list[str]]:
+    """The ``-A`` rules of a hook listing that jump to ``chain``, as argv."""
+    out = []
+    for line in listing.splitlines():
+        tokens = shlex.split(line)
+        if len(tokens) >= 4 and tokens[0] == "-A" and tokens[-2:] == ["-j", chain]:
+            out.append(tokens)
+    return out
+
+
+def parse_counters(listing: str, chain: str) -> list[RuleCounter]:
+    """Per-rule counters from ``iptables -v -S <chain>`` (``-c PKTS BYTES``)."""
+    out = []
+    for line in listing.splitlines():
+        if not line.startswith(f"-A {chain} "):
+            continue
+        m = _COUNTER_RE.search(line)
+        if not m:
+            raise IptablesError(f"no counters in iptables line {line!r}; expected '-c N N' "
+                                "from 'iptables -v -S'")
+        rule = (line[:m.start()] + line[m.end():])[len(f"-A {chain} "):]
+        out.append(RuleCounter(rule, int(m.group(1)), int(m.group(2))))
+    return out
+
+
+# ------------------------------------------------------------ kernel parts
+
+def binary() -> str:
+    """The iptables on PATH; FaultError (nothing changed) when it cannot act."""
+    path = shutil.which("iptables")
+    if path is None:
+        raise FaultError("iptables is not on PATH: install it (apt-get install iptables) and "
+                         "run as root; kernel network faults need it")
+    if os.geteuid() != 0:
+        raise FaultError(f"iptables needs root (this process runs as uid {os.geteuid()}): "
+                         "run the suite as root, or use the fault proxy's link faults")
+    return path
+
+
+def run(args: Sequence[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    """One iptables call (``-w``: wait for the lock, never fail on it)."""
+    cmd = [binary(), "-w", *args]
+    try:
+        done = subprocess.run(cmd, check=False, capture_output=True, text=True,
+                              timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise IptablesError(f"{shlex.join(cmd)} did not finish in {RUN_TIMEOUT_S:.0f} s: the "
+                            "xtables lock is held or the machine is overloaded; retry, or "
+                            "heal later with python -m faults heal-all") from None
+    if check and done.returncode != 0:
+        raise IptablesError(f"{shlex.join(cmd)} failed with code {done.returncode}: "
+                            f"{done.stderr.strip() or done.stdout.strip()}")
+    return done
+
+
+def require_usable() -> None:
+    """Present, root, and able to read the filter table (a container without
+    NET_ADMIN fails here): raise FaultError before anything is changed."""
+    try:
+        run(["-S", "INPUT"])
+    except IptablesError as e:
+        raise FaultError(f"iptables cannot read the filter table ({e}); kernel network faults "
+                         "need root with CAP_NET_ADMIN") from None
+
+
+def unavailable_reason() -> str | None:
+    """Why kernel network faults cannot run here, or None when they can."""
+    try:
+        require_usable()
+    except FaultError as e:
+        return str(e)
+    return None
+
+
+def list_chains() -> list[ChainInfo]:
+    """Every ORDEAL chain in the filter table, with the jumps to it."""
+    return parse_chains(run(["-S"]).stdout)
+
+
+def chain_exists(name: str) -> bool:
+    return any(c.name == name for c in list_chains())
+
+
+def create_chain(spec: ChainSpec) -> None:
+    """Build ``spec``. If any step fails, what was built is removed and the
+    error is raised: a half-built chain is never left behind."""
+    if not spec.name.startswith(CHAIN_PREFIX) or len(spec.name) > MAX_CHAIN_LEN:
+        raise ValueError(f"chain {spec.name!r}: suite chains are named {CHAIN_PREFIX}<id>, "
+                         f"at most {MAX_CHAIN_LEN} characters")
+    if chain_exists(spec.name):
+        raise IptablesError(f"chain {spec.name} already exists; a fault id is used once. "
+                            "Heal the old fault first (python -m faults heal-all)")
+    try:
+        for args in create_commands(spec):
+            run(args)
+    except BaseException:
+        remove_chain(spec.name)
+        raise
+
+
+def remove_chain(name: str) -> dict[str, object]:
+    """Remove the jumps to ``name`` from every hook, then the chain itself.
+    Idempotent: an absent chain or jump is fine. Refuses non-suite chains."""
+    if not name.startswith(CHAIN_PREFIX):
+        raise ValueError(f"refusing to remove chain {name!r}: the suite removes only its own "
+                         f"{CHAIN_PREFIX}* chains")
+    removed_jumps = 0
+    for hook in HOOKS:
+        for tokens in jumps_to(run(["-S", hook]).stdout, name):
+            run(["-D", *tokens[1:]])
+            removed_jumps += 1
+    existed = chain_exists(name)
+    if existed:
+        run(["-F", name])
+        run(["-X", name])
+    return {"chain": name, "existed": existed, "jumps_removed": removed_jumps}
+
+
+def counters(name: str) -> list[RuleCounter]:
+    """Packet and byte counters of each rule of chain ``name``, in order."""
+    return parse_counters(run(["-v", "-S", name]).stdout, name)
+
+
+# ------------------------------------------------- faults made of one chain
+
+def ipv4_host(endpoint: Endpoint, kind: str) -> str:
+    """The endpoint's address as iptables (IPv4) takes it; refuses addresses
+    the suite does not own and IPv6 (ip6tables is not wired up yet)."""
+    require_ours(endpoint, kind)
+    host = "127.0.0.1" if endpoint.host == "localhost" else endpoint.host
+    if ipaddress.ip_address(host).version != 4:
+        raise FaultError(f"{kind}: {endpoint.host}:{endpoint.port} is IPv6; kernel network "
+                         "faults use iptables (IPv4) only so far. Start the node on 127.0.0.1")
+    return host
+
+
+def as_nodes(target: Node | Sequence[Node], kind: str) -> list[Node]:
+    """One node or several, as a non-empty list without duplicates."""
+    nodes = list(target) if isinstance(target, (list, tuple)) else [target]
+    if not nodes:
+        raise FaultError(f"{kind}: no node given; pass a Node or a list of nodes")
+    names = [n.name for n in nodes]
+    if len(set(names)) != len(names):
+        raise FaultError(f"{kind}: node names {names} repeat; name each node once")
+    return nodes
+
+
+class ChainFault(Fault):
+    """A fault that is exactly one ORDEAL chain on the nodes' ports.
+
+    Subclasses say which rules (``_rules``) and from which hooks. The chain
+    is named for the ledger entry's id, so heal needs nothing but the entry:
+    ``heal_entry`` after a crash and ``heal`` in a live run both remove
+    ``ORDEAL-<entry id>`` and the jumps to it.
+    """
+
+    hooks: tuple[str, ...] = HOOKS
+
+    def __init__(self, target: Node | Sequence[Node], run_id: str, ledger: Ledger):
+        self.nodes = as_nodes(target, self.kind)
+        super().__init__(",".join(n.name for n in self.nodes), run_id, ledger)
+
+    def _rules(self) -> list[tuple[str, ...]]:
+        raise NotImplementedError
+
+    def _preflight(self) -> None:
+        for node in self.nodes:
+            ipv4_host(node.endpoint, self.kind)
+            require_running(node, self.kind)
+        self._rules()  # parameters are checked here, before anything changes
+        require_usable()
+
+    @property
+    def chain(self) -> str:
+        if self.entry is None:
+            raise RuntimeError(f"{self.kind} on {self.target} is not injected: no chain")
+        return chain_name(self.entry.id)
+
+    def _inverse(self) -> dict[str, Any]:
+        # The chain's name comes from the entry id (not known yet here); the
+        # rules are kept for people reading the ledger.
+        return {"action": "remove_chain", "chain": f"{CHAIN_PREFIX}<fault id>",
+                "hooks": list(self.hooks), "rules": [list(r) for r in self._rules()]}
+
+    def _act(self) -> dict[str, Any]:
+        assert self.entry is not None
+        spec = ChainSpec(self.chain, comment_for(self.run_id, self.entry.id),
+                         tuple(self._rules()), self.hooks)
+        create_chain(spec)
+        return {"chain": spec.name, "hooks": list(spec.hooks),
+                "ports": [n.endpoint.port for n in self.nodes]}
+
+    def _undo(self) -> dict[str, Any]:
+        return remove_chain(self.chain)
+
+    def counters(self) -> list[RuleCounter]:
+        """This fault's rules and what they matched so far."""
+        return counters(self.chain)
+
+    @classmethod
+    def heal_entry(cls, entry: LedgerEntry) -> str:
+        done = remove_chain(chain_name(entry.id))
+        what = "removed" if done["existed"] else "found no"
+        return (f"healed {entry.kind} on {entry.target} from run {entry.run_id}: {what} chain "
+                f"{done['chain']} ({done['jumps_removed']} jump(s) removed)")

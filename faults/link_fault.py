@@ -1,0 +1,145 @@
+"""What the five link faults share: add toxics to a link of the fault
+proxy, remove them on heal, and heal from the ledger alone after a crash.
+
+Each fault picks its toxic names in ``__init__`` (``ordeal-<kind>-<hex>``)
+so that the ledger entry, written before anything is added, already says
+exactly what to remove: ``{"control": URL, "link": NAME, "toxics": [...]}``.
+Preflight refuses, before the ledger or the proxy is touched, a link whose
+addresses are not ours, a proxy that does not answer, a link the proxy does
+not have, and parameters the proxy would reject.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ordeal.topology import Link
+
+from . import safety
+from .base import Fault, FaultError
+from .ledger import Ledger, LedgerEntry
+from .proxy.client import LinkNotFound, ProxyClient, ProxyError, ProxyUnreachable
+from .proxy.toxics import ToxicError, build_toxic
+
+BOTH = ("upstream", "downstream")
+
+
+@dataclass(frozen=True)
+class ToxicSpec:
+    """One toxic to add: the control API's payload, minus its name."""
+
+    type: str
+    direction: str = "downstream"
+    attributes: dict[str, Any] = field(default_factory=dict)
+    toxicity: float = 1.0
+
+
+def directions(direction: str, kind: str) -> tuple[str, ...]:
+    if direction == "both":
+        return BOTH
+    if direction not in BOTH:
+        raise FaultError(f"{kind}: direction {direction!r}: use 'upstream' (client to server), "
+                         "'downstream' (server to client) or 'both'")
+    return (direction,)
+
+
+class LinkFault(Fault):
+    """Base of the link faults. Subclasses build ``self.specs`` in __init__."""
+
+    kind: ClassVar[str] = ""
+
+    def __init__(self, link: Link, run_id: str, ledger: Ledger, specs: list[ToxicSpec],
+                 timeout_s: float = 5.0):
+        super().__init__(link.name, run_id, ledger)
+        self.link = link
+        self.specs = specs
+        tag = uuid.uuid4().hex[:10]
+        self.toxic_names = [f"ordeal-{self.kind}-{tag}-{i}" for i in range(len(specs))]
+        self.client = ProxyClient(link.control, timeout=timeout_s)
+
+    # -- refusing early -----------------------------------------------------
+
+    def _preflight(self) -> None:
+        for what, ep in (("listen", self.link.listen), ("upstream", self.link.upstream),
+                         ("control", self.link.control)):
+            try:
+                safety.require_ours(ep, self.kind)
+            except FaultError as e:
+                raise FaultError(f"{e} (link {self.link.name}, {what} address)") from None
+        for spec, name in zip(self.specs, self.toxic_names):
+            try:
+                build_toxic({"name": name, "type": spec.type, "direction": spec.direction,
+                             "toxicity": spec.toxicity, "attributes": spec.attributes})
+            except ToxicError as e:
+                raise FaultError(f"{self.kind} on {self.link.name}: {e}") from None
+        try:
+            self.client.link(self.link.name)
+        except LinkNotFound:
+            names = self._known_links()
+            raise FaultError(f"{self.kind}: the fault proxy at {self.link.control.url} has no "
+                             f"link {self.link.name!r} (it has {names}); check the cluster's "
+                             "links or the proxy's --link options") from None
+        except ProxyUnreachable as e:
+            raise FaultError(f"{self.kind} on {self.link.name}: {e}") from None
+        except ProxyError as e:
+            raise FaultError(f"{self.kind} on {self.link.name}: {e}") from None
+
+    def _known_links(self) -> list[str]:
+        try:
+            return [ln["name"] for ln in self.client.links()]
+        except ProxyError:
+            return []
+
+    # -- acting and undoing ---------------------------------------------------
+
+    def _inverse(self) -> dict[str, Any]:
+        return {"action": "remove_toxics", "control": self.link.control.url,
+                "link": self.link.name, "toxics": list(self.toxic_names)}
+
+    def _act(self) -> dict[str, Any]:
+        added = []
+        for spec, name in zip(self.specs, self.toxic_names):
+            self.client.add_toxic(self.link.name, spec.type, name=name,
+                                  direction=spec.direction, toxicity=spec.toxicity,
+                                  attributes=spec.attributes)
+            added.append({"toxic": name, "type": spec.type, "direction": spec.direction,
+                          "toxicity": spec.toxicity, **spec.attributes})
+        return {"link": self.link.name, "toxics": added}
+
+    def _undo(self) -> dict[str, Any]:
+        return remove_toxics(self.client, self.link.name, self.toxic_names)
+
+    @classmethod
+    def heal_entry(cls, entry: LedgerEntry) -> str:
+        inv = entry.inverse
+        client = ProxyClient(inv["control"])
+        try:
+            done = remove_toxics(client, inv["link"], inv["toxics"])
+        except ProxyUnreachable as e:
+            if not e.refused:
+                raise  # it may still run: keep the entry, a later heal-all retries
+            return (f"closed {entry.kind} on {entry.target} from run {entry.run_id}: the fault "
+                    f"proxy at {inv['control']} is gone, so its toxics are gone: nothing to heal")
+        return (f"healed {entry.kind} on {entry.target} from run {entry.run_id}: removed "
+                f"{done['removed']} toxic(s) from link {inv['link']} at {inv['control']}"
+                + (f", {done['already_gone']} already gone" if done["already_gone"] else ""))
+
+
+def remove_toxics(client: ProxyClient, link: str, names: list[str]) -> dict[str, Any]:
+    """Remove in reverse order of adding; a 404 means already gone. A dead
+    proxy (connection refused) holds no toxic: nothing to remove."""
+    removed, gone = 0, 0
+    for name in reversed(names):
+        try:
+            if client.remove_toxic(link, name):
+                removed += 1
+            else:
+                gone += 1
+        except ProxyUnreachable as e:
+            if e.refused:
+                return {"removed": removed, "already_gone": len(names) - removed,
+                        "proxy": "gone"}
+            raise
+    return {"removed": removed, "already_gone": gone}

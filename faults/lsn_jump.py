@@ -1,0 +1,31 @@
+"""lsn_jump: a jump in the sequence of a token stream in flight, by the
+proxy's L7 SSE toxics: ``mode`` drop (a gap), duplicate (a repeat) or
+reorder (``count`` events reversed) of ``count`` data events after the first
+``after_events``. The stream otherwise stays well framed, so only a client
+or checker that follows the sequence (token ids against usage, greedy text
+against its golden) can notice. (The Triton sequence variant, skipping or
+repeating requests of a correlation id, belongs with the Triton workload.)"""
+
+from __future__ import annotations
+
+from ordeal.topology import Link
+
+from .base import FaultError
+from .ledger import Ledger
+from .link_fault import LinkFault, ToxicSpec
+
+MODES = {"drop": "sse_drop", "duplicate": "sse_duplicate", "reorder": "sse_reorder"}
+
+
+class LsnJump(LinkFault):
+    kind = "lsn_jump"
+
+    def __init__(self, link: Link, run_id: str, ledger: Ledger, mode: str = "drop",
+                 after_events: int = 2, count: int | None = None, toxicity: float = 1.0):
+        if mode not in MODES:
+            raise FaultError(f"lsn_jump: unknown mode {mode!r}; use one of {', '.join(MODES)}")
+        self.mode = mode
+        count = count if count is not None else (2 if mode == "reorder" else 1)
+        specs = [ToxicSpec(MODES[mode], "downstream",
+                           {"after_events": after_events, "count": count}, toxicity)]
+        super().__init__(link, run_id, ledger, specs)

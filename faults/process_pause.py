@@ -1,0 +1,212 @@
+"""process_pause: SIGSTOP a node's whole process group; heal with SIGCONT.
+
+A paused engine is the nastiest hang: its sockets stay open and the kernel
+still accepts connections on its port, but nothing answers. The stop goes
+to the node's process group (API server, EngineCore and workers together)
+through ``Node.signal``.
+
+The ledger must let ``heal-all`` continue these processes after the harness
+died, and *only* these: a pid may have been reused by then. So the inverse
+records the group id and, for every member, its pid, its start time from
+/proc (a reused pid has another one), its group and its ORDEAL_RUN_ID label;
+a heal from the ledger sends SIGCONT to a pid only when all still match.
+
+One trap, seen: vLLM's EngineCore renames itself ("VLLM::EngineCore") with
+setproctitle, which overwrites the memory /proc/<pid>/environ reads, so its
+label is gone. Such a process carries the label of its group leader (the
+process the suite spawned, which keeps its environment).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ordeal.topology import Node
+
+from .base import Fault, FaultError
+from .ledger import Ledger, LedgerEntry
+from .safety import require_ours, require_running
+
+#: The label every process the suite starts carries in its environment
+#: (fixtures.processes.LABEL; faults do not import the backend).
+LABEL = "ORDEAL_RUN_ID"
+STOPPED = "T"
+
+
+@dataclass(frozen=True)
+class Member:
+    """One process of the paused group, as it was when paused."""
+
+    pid: int
+    start_time: str
+    pgid: int
+    label: str
+
+
+def proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state first), or
+    None when the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def proc_state(pid: int) -> str | None:
+    """One letter (R, S, T, Z, ...), or None when the process is gone."""
+    fields = proc_stat(pid)
+    return fields[0] if fields else None
+
+
+def proc_start_time(pid: int) -> str | None:
+    fields = proc_stat(pid)
+    return fields[19] if fields else None  # field 22 of stat: start time in clock ticks
+
+
+def proc_label(pid: int) -> str | None:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep and key == LABEL.encode():
+            return value.decode(errors="replace")
+    return None
+
+
+def proc_pgid(pid: int) -> int | None:
+    fields = proc_stat(pid)
+    return int(fields[2]) if fields else None
+
+
+def run_label(pid: int) -> str | None:
+    """The process's ORDEAL_RUN_ID; for one whose environment block was
+    overwritten (setproctitle), its group leader's."""
+    own = proc_label(pid)
+    if own is not None:
+        return own
+    pgid = proc_pgid(pid)
+    return proc_label(pgid) if pgid is not None and pgid != pid else None
+
+
+def snapshot(pids: list[int]) -> list[Member]:
+    """Members as the ledger keeps them; processes already gone, and those
+    without a label, are left out."""
+    out = []
+    for pid in pids:
+        start, pgid, label = proc_start_time(pid), proc_pgid(pid), run_label(pid)
+        if start is not None and pgid is not None and label is not None:
+            out.append(Member(pid, start, pgid, label))
+    return out
+
+
+def is_same(member: Member) -> bool:
+    """The recorded process, and not a later one that reuses its pid."""
+    return (proc_start_time(member.pid) == member.start_time
+            and proc_pgid(member.pid) == member.pgid
+            and run_label(member.pid) == member.label)
+
+
+def continue_members(members: list[Member]) -> tuple[list[int], list[int]]:
+    """SIGCONT each member that is still the recorded process.
+    Returns (continued pids, pids gone or no longer ours)."""
+    continued, skipped = [], []
+    for m in members:
+        if not is_same(m):
+            skipped.append(m.pid)
+            continue
+        try:
+            os.kill(m.pid, signal.SIGCONT)
+            continued.append(m.pid)
+        except ProcessLookupError:
+            skipped.append(m.pid)
+    return continued, skipped
+
+
+def wait_states(pids: list[int], stopped: bool, timeout: float = 10.0) -> list[int]:
+    """Wait until each live pid is stopped (or, with stopped=False, is not);
+    returns the pids that still are not, after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        wrong = [p for p in pids if proc_state(p) not in (None, "Z")
+                 and (proc_state(p) == STOPPED) != stopped]
+        if not wrong or time.monotonic() >= deadline:
+            return wrong
+        time.sleep(0.02)
+
+
+class ProcessPause(Fault):
+    kind = "process_pause"
+
+    def __init__(self, node: Node, run_id: str, ledger: Ledger):
+        super().__init__(node.name, run_id, ledger)
+        self.node = node
+
+    def _members(self) -> list[Member]:
+        pids = self.node.pids()
+        members = snapshot(pids)
+        unlabelled = sorted(set(pids) - {m.pid for m in members})
+        if unlabelled:
+            raise FaultError(
+                f"process_pause: process(es) {unlabelled} of {self.node.name} carry no "
+                f"{LABEL} label (or vanished while read); the suite pauses only processes it "
+                "started and labelled, so that heal-all can find them again")
+        return members
+
+    def _preflight(self) -> None:
+        require_ours(self.node.endpoint, self.kind)
+        require_running(self.node, self.kind)
+        if not self._members():
+            raise FaultError(f"process_pause: {self.node.name} has no live process to pause; "
+                             "start it first or target a live node")
+
+    def _inverse(self) -> dict[str, Any]:
+        members = self._members()
+        return {"action": "sigcont", "pgid": members[0].pgid,
+                "members": [asdict(m) for m in members]}
+
+    def _recorded(self) -> list[Member]:
+        assert self.entry is not None
+        return [Member(**m) for m in self.entry.inverse["members"]]
+
+    def _act(self) -> dict[str, Any]:
+        assert self.entry is not None
+        self.node.signal(signal.SIGSTOP)
+        # A child forked between the snapshot and the stop is stopped too;
+        # the group cannot fork now, so record it before going on.
+        known = {m.pid for m in self._recorded()}
+        new = [m for m in snapshot(self.node.pids()) if m.pid not in known]
+        if new:
+            self.entry.inverse["members"] += [asdict(m) for m in new]
+            self.ledger.record(self.entry)
+        pids = [m.pid for m in self._recorded()]
+        not_stopped = wait_states(pids, stopped=True)
+        if not_stopped:
+            raise RuntimeError(f"process_pause: {self.node.name}: processes {not_stopped} are "
+                               "not stopped 10 s after SIGSTOP")
+        return {"signal": "SIGSTOP", "pgid": self.entry.inverse["pgid"], "pids": pids}
+
+    def _undo(self) -> dict[str, Any]:
+        continued, skipped = continue_members(self._recorded())
+        still = wait_states(continued, stopped=False)
+        if still:
+            raise RuntimeError(f"process_pause: {self.node.name}: processes {still} are still "
+                               "stopped 10 s after SIGCONT")
+        return {"signal": "SIGCONT", "continued": continued, "gone": skipped}
+
+    @classmethod
+    def heal_entry(cls, entry: LedgerEntry) -> str:
+        members = [Member(**m) for m in entry.inverse["members"]]
+        continued, skipped = continue_members(members)
+        still = wait_states(continued, stopped=False)
+        if still:
+            raise RuntimeError(f"processes {still} are still stopped 10 s after SIGCONT")
+        return (f"healed {entry.kind} on {entry.target} from run {entry.run_id}: SIGCONT to "
+                f"{len(continued)} process(es) of group {entry.inverse['pgid']} "
+                f"{continued}; {len(skipped)} gone or no longer ours {skipped}")

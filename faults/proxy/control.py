@@ -1,0 +1,84 @@
+"""The control API, Toxiproxy-like, HTTP/JSON:
+
+    GET    /health                      {"status": "ok", "links": n, "seed": s}
+    GET    /links                       {"links": [link, ...]}
+    GET    /links/{name}                link (toxics and counters)
+    POST   /links/{name}/toxics         toxic spec -> 201 toxic | 400 | 404 | 409
+    DELETE /links/{name}/toxics/{toxic} -> 204 | 404
+    POST   /reset                       remove every toxic -> 200 {"removed": n}
+
+Every error is ``{"error": "..."}`` with a message that says what to do.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from .toxics import ToxicError, build_toxic
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .server import FaultProxy
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def make_app(proxy: "FaultProxy") -> web.Application:
+    def link_or_404(request: web.Request):
+        name = request.match_info["link"]
+        link = proxy.links.get(name)
+        if link is None:
+            raise web.HTTPNotFound(
+                text=json.dumps({"error": f"no link {name!r}; links: {sorted(proxy.links)}"}),
+                content_type="application/json")
+        return link
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "links": len(proxy.links),
+                                  "seed": proxy.seed, "pid": proxy.pid})
+
+    async def links(request: web.Request) -> web.Response:
+        return web.json_response({"links": [ln.describe() for ln in proxy.links.values()]})
+
+    async def one_link(request: web.Request) -> web.Response:
+        return web.json_response(link_or_404(request).describe())
+
+    async def add_toxic(request: web.Request) -> web.Response:
+        link = link_or_404(request)
+        try:
+            payload = await request.json()
+        except ValueError as e:
+            return _error(400, f"the body is not JSON ({e}); send a toxic object")
+        try:
+            toxic = build_toxic(payload)
+        except ToxicError as e:
+            return _error(400, str(e))
+        try:
+            link.add(toxic)
+        except KeyError:
+            return _error(409, f"link {link.name!r} already has a toxic named {toxic.name!r}; "
+                          "remove it first or pick another name")
+        return web.json_response(toxic.describe(), status=201)
+
+    async def remove_toxic(request: web.Request) -> web.Response:
+        link = link_or_404(request)
+        name = request.match_info["toxic"]
+        if not link.remove(name):
+            return _error(404, f"link {link.name!r} has no toxic {name!r}")
+        return web.Response(status=204)
+
+    async def reset(request: web.Request) -> web.Response:
+        return web.json_response({"removed": sum(ln.reset() for ln in proxy.links.values())})
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_get("/links", links)
+    app.router.add_get("/links/{link}", one_link)
+    app.router.add_post("/links/{link}/toxics", add_toxic)
+    app.router.add_delete("/links/{link}/toxics/{toxic}", remove_toxic)
+    app.router.add_post("/reset", reset)
+    return app

@@ -1,0 +1,176 @@
+"""One proxied link: a listener, its upstream, its toxics and counters.
+
+The toxic lists are kept split by layer and direction and rebuilt on every
+change, so the per-chunk question "does any toxic apply here?" is one
+attribute read (the fast path)."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+from dataclasses import dataclass
+
+from .connection import Connection
+from .toxics import L7Toxic, Toxic
+from .toxics.http_abort import HttpAbort
+
+log = logging.getLogger("ordeal.proxy")
+CONNECT_TIMEOUT_S = 10.0
+
+
+class LinkError(ValueError):
+    """A link that cannot be proxied as asked (bad spec, non-loopback upstream)."""
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    name: str
+    listen_port: int
+    upstream_host: str
+    upstream_port: int
+    listen_host: str = "127.0.0.1"
+
+    @classmethod
+    def parse(cls, text: str) -> "LinkSpec":
+        """``NAME=LISTENPORT:UPSTREAMHOST:UPSTREAMPORT`` (listen port 0: any free one)."""
+        name, sep, rest = text.partition("=")
+        parts = rest.rsplit(":", 2) if sep else []
+        if not name or len(parts) != 3 or not parts[0].isdigit() or not parts[2].isdigit():
+            raise LinkError(f"--link {text!r}: write NAME=LISTENPORT:UPSTREAMHOST:UPSTREAMPORT, "
+                            "e.g. router-replica-0=18101:127.0.0.1:18001")
+        spec = cls(name, int(parts[0]), parts[1].strip("[]"), int(parts[2]))
+        spec.check()
+        return spec
+
+    def check(self) -> None:
+        if "/" in self.name or not self.name.strip():
+            raise LinkError(f"link name {self.name!r}: use a non-empty name without '/'")
+        for what, port in (("listen port", self.listen_port), ("upstream port",
+                                                                  self.upstream_port)):
+            if not 0 <= port <= 65535:
+                raise LinkError(f"link {self.name}: {what} {port} is out of range 0..65535")
+        if self.upstream_port == 0:
+            raise LinkError(f"link {self.name}: the upstream port must not be 0")
+        require_loopback(self.upstream_host, f"link {self.name}: upstream")
+
+
+def require_loopback(host: str, what: str) -> None:
+    """The proxy only ever connects to this machine: traffic never leaves it."""
+    if host == "localhost":
+        return
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        raise LinkError(f"{what} {host!r} is not an IP address; the fault proxy only forwards "
+                        "to loopback (127.0.0.0/8, ::1, localhost)") from None
+    if not addr.is_loopback:
+        raise LinkError(f"{what} {host} is not a loopback address; the fault proxy only "
+                        "forwards to loopback (127.0.0.0/8, ::1) so that no traffic leaves "
+                        "the machine")
+
+
+class ProxyLink:
+    def __init__(self, spec: LinkSpec, seed: int):
+        self.spec = spec
+        self.name = spec.name
+        self.seed = seed
+        self.toxics: dict[str, Toxic] = {}
+        self.l4: dict[str, list[Toxic]] = {"upstream": [], "downstream": []}
+        self.l7: list[L7Toxic] = []
+        self._has = {"upstream": False, "downstream": False}
+        self.connections = 0
+        self.active = 0
+        self.bytes_up = 0
+        self.bytes_down = 0
+        self.connect_errors = 0
+        self.server: asyncio.AbstractServer | None = None
+        self.port = spec.listen_port
+        self._conns: set[Connection] = set()
+
+    # -- toxics ---------------------------------------------------------------
+
+    def has_toxics(self, direction: str) -> bool:
+        return self._has[direction]
+
+    def add(self, toxic: Toxic) -> None:
+        if toxic.name in self.toxics:
+            raise KeyError(toxic.name)
+        self.toxics[toxic.name] = toxic
+        self._rebuild()
+        log.info("link %s: added toxic %s", self.name, toxic.describe())
+
+    def remove(self, name: str) -> bool:
+        toxic = self.toxics.pop(name, None)
+        if toxic is None:
+            return False
+        toxic.removed.set()  # releases whatever it holds
+        self._rebuild()
+        log.info("link %s: removed toxic %s", self.name, name)
+        return True
+
+    def reset(self) -> int:
+        names = list(self.toxics)
+        for name in names:
+            self.remove(name)
+        return len(names)
+
+    def _rebuild(self) -> None:
+        ts = list(self.toxics.values())
+        self.l4 = {d: [t for t in ts if t.layer == "l4" and t.direction == d]
+                   for d in ("upstream", "downstream")}
+        self.l7 = [t for t in ts if isinstance(t, L7Toxic)]
+        aborts = any(isinstance(t, HttpAbort) for t in self.l7)
+        self._has = {"upstream": bool(self.l4["upstream"]) or aborts,
+                     "downstream": bool(self.l4["downstream"]) or any(
+                         not isinstance(t, HttpAbort) for t in self.l7)}
+
+    def describe(self) -> dict:
+        return {"name": self.name,
+                "listen": f"{self.spec.listen_host}:{self.port}",
+                "upstream": f"{self.spec.upstream_host}:{self.spec.upstream_port}",
+                "toxics": [t.describe() for t in self.toxics.values()],
+                "counters": {"connections": self.connections, "active": self.active,
+                             "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
+                             "connect_errors": self.connect_errors}}
+
+    # -- serving --------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._accept, self.spec.listen_host,
+                                                 self.spec.listen_port)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for conn in list(self._conns):
+            conn.close("proxy stopping")
+        if self.server is not None:
+            try:
+                await asyncio.wait_for(self.server.wait_closed(), 5)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        conn_id = self.connections
+        try:
+            upstream = await asyncio.wait_for(
+                asyncio.open_connection(self.spec.upstream_host, self.spec.upstream_port),
+                CONNECT_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError) as e:
+            # Like a dead host behind the proxy: the client sees its connection closed.
+            self.connect_errors += 1
+            log.info("link %s conn %d: upstream %s:%d unreachable (%s)", self.name, conn_id,
+                     self.spec.upstream_host, self.spec.upstream_port, e)
+            writer.close()
+            return
+        conn = Connection(self, conn_id, self.seed, (reader, writer), upstream)
+        self._conns.add(conn)
+        self.active += 1
+        try:
+            await conn.run()
+        finally:
+            self.active -= 1
+            self._conns.discard(conn)

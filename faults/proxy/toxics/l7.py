@@ -1,0 +1,48 @@
+"""The L7 toxic base: hooks the response stage (``..l7_stage``) calls for
+each HTTP response it rewrites. Every hook sees a per-response state dict,
+so a keep-alive connection's next response starts clean. L7 toxics act on
+responses, so their direction is always ``downstream``."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ..sse import SseEvent
+from .base import Toxic
+
+
+class ResponseContext:
+    """One response being rewritten: the toxics picked at its head, and a
+    state dict per toxic."""
+
+    def __init__(self, toxics: list["L7Toxic"]):
+        self.toxics = toxics
+        self._state: dict[int, dict[str, Any]] = {}
+        self.finish_early = False  # a toxic ended the stream; drop the rest
+
+    def state(self, toxic: Toxic) -> dict[str, Any]:
+        return self._state.setdefault(id(toxic), {})
+
+
+class L7Toxic(Toxic):
+    layer = "l7"
+    needs_sse: ClassVar[bool] = False  # rewrites SSE events (text/event-stream bodies)
+
+    async def before_head(self, resp: ResponseContext) -> None:
+        """Called before the response head is forwarded."""
+
+    def body_limit(self) -> int | None:
+        """Body bytes after which the response is cut (None: no cut)."""
+        return None
+
+    def on_event(self, resp: ResponseContext, ev: SseEvent) -> list[SseEvent]:
+        """What to send instead of ``ev`` (SSE responses, when needs_sse)."""
+        return [ev]
+
+    def flush(self, resp: ResponseContext) -> list[SseEvent]:
+        """Events still held at the end of the stream or at removal."""
+        return []
+
+
+def in_window(ev: SseEvent, after: int, count: int) -> bool:
+    return ev.index is not None and after <= ev.index < after + count

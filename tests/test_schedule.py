@@ -1,0 +1,172 @@
+"""Target selection, schedules and the schedule executor: pure planning is
+tested exactly; the executor runs a real (file-flipping) fault."""
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from faults.base import Fault, FaultError
+from faults.factory import build_faults, fault_class
+from faults.ledger import Ledger
+from faults.nemesis import run_schedule
+from faults.schedule import FaultChoice, Step, is_healed_at_end, plan_schedule
+from faults.targets import select
+from ordeal.config import ConfigError
+from ordeal.history import History, read_history
+
+
+# -- targets ----------------------------------------------------------------
+
+@pytest.mark.parametrize("n,mode,size", [(1, "one", 1), (5, "one", 1), (5, "minority", 2),
+                                         (5, "majority", 3), (4, "minority", 1),
+                                         (4, "majority", 3), (3, "all", 3), (1, "minority", 1)])
+def test_mode_sizes(n, mode, size):
+    names = [f"n{i}" for i in range(n)]
+    got = select(mode, names, random.Random(1))
+    assert len(got) == size and set(got) <= set(names) and len(set(got)) == size
+
+
+def test_selection_is_seeded_and_names_are_exact():
+    names = [f"n{i}" for i in range(9)]
+    assert select("majority", names, random.Random(7)) == select("majority", names,
+                                                                 random.Random(7))
+    assert select("n3, n1", names, random.Random(0)) == ["n3", "n1"]
+
+
+@pytest.mark.parametrize("spec", ["n9", "", "one,two"])
+def test_unknown_targets_are_refused_with_the_choices(spec):
+    with pytest.raises(FaultError, match="unknown name"):
+        select(spec, ["n0", "n1"], random.Random(0))
+
+
+# -- schedules --------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32), st.floats(20, 3600), st.floats(0.2, 30), st.floats(0.2, 30))
+def test_every_schedule_ends_healed_inside_its_duration(seed, duration, q, h):
+    steps = plan_schedule([FaultChoice("process_kill"), FaultChoice("process_pause")],
+                          duration, seed, quiet_s=(q / 2, q), hold_s=(h / 2, h))
+    assert is_healed_at_end(steps)
+    assert all(0 <= s.at_s <= duration - 10 + 1e-6 for s in steps)
+    assert steps == plan_schedule([FaultChoice("process_kill"), FaultChoice("process_pause")],
+                                  duration, seed, quiet_s=(q / 2, q), hold_s=(h / 2, h))
+
+
+def test_is_healed_at_end_catches_a_missing_heal():
+    steps = plan_schedule([FaultChoice("process_kill")], 300, 3)
+    assert steps and is_healed_at_end(steps)
+    assert not is_healed_at_end(steps[:-1])
+
+
+def test_bad_schedule_settings_are_clear():
+    with pytest.raises(ConfigError, match="no fault"):
+        plan_schedule([], 100, 0)
+    with pytest.raises(ConfigError, match="hold_s"):
+        plan_schedule([FaultChoice("process_kill")], 100, 0, hold_s=(5, 1))
+    with pytest.raises(ConfigError, match="no time"):
+        plan_schedule([FaultChoice("process_kill")], 100, 0, quiet_s=(0, 0), hold_s=(0, 1))
+
+
+# -- factory ----------------------------------------------------------------
+
+class _Node:
+    def __init__(self, name, role="replica"):
+        self.name, self.role = name, role
+
+    def is_running(self):
+        return True
+
+
+class _Cluster:
+    links = ()
+
+    def __init__(self):
+        self.nodes = [_Node("replica-0"), _Node("replica-1"), _Node("router", "router")]
+
+    def replicas(self):
+        return self.nodes[:2]
+
+    def node(self, name):
+        return next(n for n in self.nodes if n.name == name)
+
+
+def test_factory_refuses_unknown_kinds_bad_params_and_missing_links(tmp_path):
+    c, ledger, rng = _Cluster(), Ledger(tmp_path), random.Random(0)
+    with pytest.raises(FaultError, match="unknown fault kind 'nope'; known kinds: .*process_kill"):
+        build_faults("nope", "one", c, "r", ledger, rng)
+    with pytest.raises(FaultError, match="bad parameters"):
+        build_faults("process_kill", "one", c, "r", ledger, rng, {"bogus": 1})
+    with pytest.raises(FaultError, match="unknown name"):
+        build_faults("process_kill", "replica-7", c, "r", ledger, rng)
+    [f] = build_faults("process_kill", "router", c, "r", ledger, rng)
+    assert f.target == "router" and fault_class("process_kill") is type(f)
+    assert ledger.pending() == []  # building changes nothing
+
+
+# -- the executor -----------------------------------------------------------
+
+class FlagFault(Fault):
+    """A real, observable fault on a file: present = injected."""
+    kind = "test_flag"
+
+    def __init__(self, path: Path, run_id: str, ledger: Ledger, fail: bool = False):
+        super().__init__(path.name, run_id, ledger)
+        self.path, self.fail = path, fail
+
+    def _inverse(self):
+        return {"path": str(self.path)}
+
+    def _act(self):
+        if self.fail:
+            raise OSError("cannot inject")
+        self.path.write_text("on")
+        return {}
+
+    def _undo(self):
+        self.path.unlink(missing_ok=True)
+        return {}
+
+
+def test_executor_injects_and_heals_in_order_and_ends_healed(tmp_path):
+    ledger = Ledger(tmp_path / "ledger")
+    h = History(tmp_path / "h.jsonl")
+    seen = []
+    steps = [Step(0.0, "inject", "test_flag", "a", 0), Step(0.2, "heal", "test_flag", "a", 0),
+             Step(0.3, "inject", "test_flag", "b", 1)]  # never healed by the plan
+
+    def make(step):
+        f = FlagFault(tmp_path / step.target, "r", ledger, fail=step.target == "b")
+        seen.append(f)
+        return [f]
+
+    windows = asyncio.run(run_schedule(steps, make, h))
+    h.close()
+    assert [w.target for w in windows] == ["a", "b"]
+    assert windows[0].injected and windows[0].healed and not windows[0].error
+    assert "inject failed" in windows[1].error
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    assert ledger.pending() == []
+    ops = [(o.f, o.value.get("phase")) for o in read_history(tmp_path / "h.jsonl")]
+    assert ops[:4] == [("inject", "begin"), ("inject", "end"), ("heal", "begin"), ("heal", "end")]
+
+
+def test_executor_heals_what_is_active_when_cancelled(tmp_path):
+    ledger = Ledger(tmp_path / "ledger")
+    h = History(tmp_path / "h.jsonl")
+    steps = [Step(0.0, "inject", "test_flag", "a", 0), Step(60, "heal", "test_flag", "a", 0)]
+
+    async def go():
+        task = asyncio.create_task(run_schedule(
+            steps, lambda s: [FlagFault(tmp_path / "a", "r", ledger)], h))
+        await asyncio.sleep(0.3)
+        assert (tmp_path / "a").exists()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(go())
+    assert not (tmp_path / "a").exists() and ledger.pending() == []
