@@ -227,8 +227,12 @@ def create_chain(spec: ChainSpec) -> None:
     try:
         for args in create_commands(spec):
             run(args)
-    except BaseException:
-        remove_chain(spec.name)
+    except BaseException as e:
+        try:
+            remove_chain(spec.name)
+        except Exception as cleanup:  # noqa: BLE001 - keep the first error, note the second
+            e.add_note(f"removing the half-built chain failed too: {cleanup}; "
+                       "run python -m faults heal-all")
         raise
 
 

@@ -4,7 +4,12 @@ success was one coherent SSE stream.
 What the workload's SSE parser records per request (``value["stream"]``):
 ``ids`` (distinct response ids in order of appearance), ``finish_reasons``
 (every non-null finish_reason seen), ``done`` ([DONE] received),
-``after_done`` (events after [DONE]), ``errors`` (``error`` events, which
+``after_done`` (events after [DONE]), ``sequence_problems`` (a jump,
+repeat or step back of the running completion_tokens that continuous usage
+stats put in every chunk: a lost, duplicated or reordered event; a router
+that drops ``continuous_usage_stats``, as vllm-router 0.1.17 does, leaves
+chunks without it, and then lost or repeated events are still caught by
+usage_matches_tokens and reorders by the greedy canaries), ``errors`` (``error`` events, which
 vLLM can send mid-stream under HTTP 200) and ``malformed`` (data lines that
 are not JSON). The parser records facts; this checker judges them:
 
@@ -28,6 +33,8 @@ def stream_problems(op: Op, stream: dict[str, Any]) -> list[str]:
     found: list[str] = []
     if stream.get("malformed"):
         found.append(f"malformed SSE data line(s): {stream['malformed'][:2]!r}")
+    if stream.get("sequence_problems"):
+        found.append(f"stream sequence broken: {stream['sequence_problems'][:2]!r}")
     if op.type != "ok":
         return found
     ids = stream.get("ids") or []
@@ -51,7 +58,7 @@ class StreamWellFormed(StreamingChecker):
     def start(self, ctx: RunContext) -> None:
         super().start(ctx)
         self.counts = {"streams": 0, "ok_streams": 0, "malformed_streams": 0,
-                       "mid_stream_errors": 0}
+                       "mid_stream_errors": 0, "sequence_broken": 0}
         self.examples: list[dict[str, Any]] = []
 
     def feed(self, op: Op) -> None:
@@ -65,6 +72,8 @@ class StreamWellFormed(StreamingChecker):
             self.counts["ok_streams"] += 1
         if stream.get("errors"):
             self.counts["mid_stream_errors"] += 1
+        if stream.get("sequence_problems"):
+            self.counts["sequence_broken"] += 1
         found = stream_problems(op, stream)
         if found:
             self.counts["malformed_streams"] += 1

@@ -154,3 +154,45 @@ def test_sigterm_to_pytest_still_tears_down(tmp_path):
     p.wait(timeout=30)
     assert "STOPPED" in out, out
     assert pids_alive([pid]) == []
+
+
+RENAMING_HARNESS = """
+import os, sys, time
+from pathlib import Path
+from fixtures.processes import ManagedProcess
+# The node's child drops its environment (as vLLM's renamed EngineCore seems
+# to, to /proc readers): only its process group says it is ours.
+argv = [sys.executable, "-c", "import subprocess, time; "
+        "subprocess.Popen(['env', '-i', 'sleep', '600']); time.sleep(600)"]
+p = ManagedProcess("renamer", argv, dict(os.environ), Path(sys.argv[1]), "crashed-run-2")
+p.start()
+print(p.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_reap_ends_unlabelled_group_members_but_spares_a_live_harness(tmp_path):
+    harness = subprocess.Popen([sys.executable, "-c", RENAMING_HARNESS, str(tmp_path / "r.log")],
+                               stdout=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        leader = int(harness.stdout.readline())
+        deadline = time.monotonic() + 10
+        while len(group_members(leader)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        members = group_members(leader)
+        assert len(members) == 2, members
+        # Its harness still runs: not a leftover, whatever the run id says.
+        assert reap_leftovers(current_run="this-run") == []
+        assert pids_alive(members) == members
+        harness.kill()
+        harness.wait()
+        lines = reap_leftovers(current_run="this-run")
+        assert any("ended 2 leftover" in line for line in lines), lines
+        deadline = time.monotonic() + 5
+        while pids_alive(members) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pids_alive(members) == []
+    finally:
+        harness.kill()
+        reap_leftovers(current_run="this-run")

@@ -68,9 +68,26 @@ def test_real_traffic_is_recorded_and_judged_valid(ordeal_cluster, tmp_path):
             # (A chat stream opens with a role-only chunk, which vllm bench
             # serve also counts as the first token.)
             chunks = o.value["stream"]["chunks"]
+            # vllm-router 0.1.17 drops stream_options.continuous_usage_stats,
+            # so through it no chunk carries the running token count.
+            assert o.value["stream"]["seq_chunks"] in (0, len(chunks)), o.value["stream"]
             if o.f == "completions":
                 assert all(c["text"] for c in chunks), chunks
             assert any(c["text"] for c in chunks)
+    # Straight to a replica, every chunk carries the stream's sequence
+    # (continuous usage stats), which is what lets the stream checker see a
+    # lost, repeated or swapped event.
+    async def direct():
+        import aiohttp
+        from fixtures.workload import PlannedRequest, send_request
+        req = PlannedRequest(0, 0.0, "completions", True, "direct sequence", 12, 0.0, False)
+        async with aiohttp.ClientSession() as s:
+            return await send_request(s, ordeal_cluster.replicas()[0].endpoint.url, req,
+                                      SERVED_MODEL_NAME, 30, True, "direct-seq")
+    out = asyncio.run(direct())
+    assert out.type == "ok", out
+    assert out.value["stream"]["seq_chunks"] == out.value["stream"]["n_chunks"] >= 1, out.value
+    assert out.value["stream"]["sequence_problems"] == []
     ctx = RunContext()
     assert NoSilentLoss().check(history, ctx).valid is True
     assert StreamWellFormed().check(history, ctx).valid is True

@@ -69,3 +69,37 @@ def test_recorder_catches_error_events_malformed_data_and_bytes_after_done():
     assert len(r.errors) == 2 and "engine died" in r.errors[0]
     assert r.malformed and "not JSON" in r.malformed[0]
     assert r.done and r.after_done == 1
+
+
+def _chunk(seq, ids):
+    import json
+    return ("data: " + json.dumps({"id": "c1", "choices": [{"text": "x", "token_ids": ids,
+                                                           "finish_reason": None}],
+                                   "usage": {"completion_tokens": seq}}) + "\n\n").encode()
+
+
+def _record(*chunks):
+    rec = StreamRecorder(0)
+    for ev in events(SSEParser(), *chunks, b"data: [DONE]\n\n"):
+        rec.on_event(ev, 1)
+    return rec.record
+
+
+def test_a_clean_sequence_has_no_problems_even_with_merged_chunks():
+    assert _record(_chunk(1, [5]), _chunk(3, [6, 7]), _chunk(4, [8])).sequence_problems == []
+
+
+def test_lost_duplicated_and_reordered_events_are_named():
+    assert "gap" in _record(_chunk(1, [5]), _chunk(3, [7])).sequence_problems[0]
+    assert "duplicate" in _record(_chunk(1, [5]), _chunk(2, [6]),
+                                  _chunk(2, [6])).sequence_problems[0]
+    assert "reorder" in _record(_chunk(1, [5]), _chunk(3, [7]),
+                                _chunk(2, [6])).sequence_problems[-1]
+    # and the stream checker turns them into a counterexample
+    from invariants import RunContext, StreamWellFormed
+    from ordeal.history import Op
+    rec = _record(_chunk(1, [5]), _chunk(1, [5]))
+    op = Op(0, 0, "w", "ok", 1, "completions", {"stream": {**rec.to_value(),
+                                                           "finish_reasons": ["length"]}})
+    r = StreamWellFormed().check([op], RunContext())
+    assert r.valid is False and r.details["sequence_broken"] == 1

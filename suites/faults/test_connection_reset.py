@@ -1,0 +1,18 @@
+"""connection_reset: every connection on the client-router link is reset."""
+
+import pytest
+
+from fixtures.fault_suite import run_single_fault
+
+pytestmark = [pytest.mark.faults, pytest.mark.cluster]
+
+
+def test_resets_are_seen_by_clients_and_stop_after_heal(ordeal_run):
+    r = run_single_fault(ordeal_run, "connection_reset", "client-router", {"timeout_ms": 0})
+    steady, fault, after = r.phases["steady"], r.phases["fault"], r.phases["after_heal"]
+    assert r.window.get("injected") and r.window.get("healed"), r.window
+    assert fault.requests >= 10, r.brief()
+    assert fault.types["ok"] == 0, r.brief()
+    assert any("reset" in e.lower() or "connection" in e.lower() for e in fault.errors), r.brief()
+    assert after.requests >= 10 and after.ok_share == 1.0, r.brief()
+    assert steady.ok_share == 1.0, r.brief()

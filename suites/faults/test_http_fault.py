@@ -1,0 +1,19 @@
+"""http_fault: the client-router link answers 503, then (a second run) cuts
+streams with an error event under HTTP 200."""
+
+import pytest
+
+from fixtures.fault_suite import run_single_fault
+
+pytestmark = [pytest.mark.faults, pytest.mark.cluster]
+
+
+def test_aborts_with_503_are_seen_and_stop_after_heal(ordeal_run):
+    r = run_single_fault(ordeal_run, "http_fault", "client-router", {"mode": "abort",
+                                                                     "status": 503})
+    fault, after = r.phases["fault"], r.phases["after_heal"]
+    assert r.window.get("injected") and r.window.get("healed"), r.window
+    assert fault.requests >= 10 and fault.statuses["503"] == fault.requests, r.brief()
+    assert after.requests >= 10 and after.ok_share == 1.0, r.brief()
+    # A 5xx is an unknown outcome (info), never silently ok.
+    assert fault.types["info"] == fault.requests, r.brief()
