@@ -115,11 +115,10 @@ class LinkFault(Fault):
     def heal_entry(cls, entry: LedgerEntry) -> str:
         inv = entry.inverse
         client = ProxyClient(inv["control"])
-        try:
-            done = remove_toxics(client, inv["link"], inv["toxics"])
-        except ProxyUnreachable as e:
-            if not e.refused:
-                raise  # it may still run: keep the entry, a later heal-all retries
+        # An unreachable proxy that did not refuse (a timeout) may still run:
+        # that raises, the entry stays, and a later heal-all retries.
+        done = remove_toxics(client, inv["link"], inv["toxics"])
+        if done.get("proxy") == "gone":
             return (f"closed {entry.kind} on {entry.target} from run {entry.run_id}: the fault "
                     f"proxy at {inv['control']} is gone, so its toxics are gone: nothing to heal")
         return (f"healed {entry.kind} on {entry.target} from run {entry.run_id}: removed "

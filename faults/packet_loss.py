@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ordeal.topology import Endpoint, Node
 
@@ -72,3 +73,14 @@ class PacketLoss(ChainFault):
 
     def loss(self) -> LossCounters:
         return loss_counters(self.counters())
+
+    def _undo(self) -> dict[str, Any]:
+        """Read what the fault did (packets seen and dropped) just before the
+        chain goes, so the history and summary carry the real loss rate."""
+        try:
+            c = self.loss()
+            measured: dict[str, Any] = {"packets_seen": c.seen, "packets_dropped": c.dropped,
+                                        "loss_rate": round(c.rate, 4)}
+        except Exception as e:  # noqa: BLE001 - the heal matters more than the figure
+            measured = {"counters_error": f"{type(e).__name__}: {e}"}
+        return {**measured, **super()._undo()}

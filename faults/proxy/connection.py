@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .link import ProxyLink
 
 log = logging.getLogger("ordeal.proxy")
-READ_SIZE = 64 * 1024
+READ_SIZE = 256 * 1024
 QUEUE_DEPTH = 64  # chunks; past this the reader waits (backpressure to the sender)
 ABORT_DRAIN_S = 5.0
 

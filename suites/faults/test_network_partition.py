@@ -1,0 +1,20 @@
+"""network_partition: one replica cut off (packets dropped both ways). The
+router must route around it, and take it back after the heal."""
+
+import pytest
+
+from fixtures.fault_suite import run_single_fault
+
+pytestmark = [pytest.mark.faults, pytest.mark.cluster]
+
+
+def test_partitioned_replica_leaves_rotation_and_returns(ordeal_run):
+    r = run_single_fault(ordeal_run, "network_partition", "replica-1", {"mode": "drop"})
+    fault, after = r.phases["fault"], r.phases["after_heal"]
+    assert r.window.get("injected") and r.window.get("healed"), r.window
+    # The monitor, which talks to each replica directly, saw the cut ...
+    assert fault.health["replica-1"]["None"] >= 1, r.brief()
+    assert fault.health["replica-0"]["200"] >= 1, r.brief()
+    # ... and after the heal the replica answers and serves traffic again.
+    assert after.health["replica-1"]["200"] >= 1, r.brief()
+    assert after.nodes["replica-1"] >= 1 and after.ok_share == 1.0, r.brief()

@@ -1,0 +1,18 @@
+"""process_pause: SIGSTOP one replica's whole process tree (a hang where the
+port still accepts connections), SIGCONT on heal."""
+
+import pytest
+
+from fixtures.fault_suite import run_single_fault
+
+pytestmark = [pytest.mark.faults, pytest.mark.cluster]
+
+
+def test_paused_replica_is_seen_hung_and_serves_after_heal(ordeal_run):
+    r = run_single_fault(ordeal_run, "process_pause", "replica-1")
+    fault, after = r.phases["fault"], r.phases["after_heal"]
+    assert r.window.get("injected") and r.window.get("healed"), r.window
+    assert fault.health["replica-1"]["None"] >= 1, r.brief()  # /health hangs
+    assert after.health["replica-1"]["200"] >= 1, r.brief()
+    assert after.nodes["replica-1"] >= 1, r.brief()
+    assert after.ok_share == 1.0, r.brief()
