@@ -32,9 +32,10 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ordeal.config import state_dir
 from ordeal.topology import Node
@@ -105,20 +106,19 @@ def mem_available_bytes() -> int:
 
 
 def node_cpus(pids: Sequence[int]) -> list[int]:
-    """The CPUs a node computes on: the narrowest affinity among its
-    processes (a vLLM CPU worker is bound to its core by
-    VLLM_CPU_OMP_THREADS_BIND while its API server may run anywhere; the
-    worker's core is where competing load hurts). Falls back to every CPU
-    this process may use when no pid can be read."""
-    sets = []
+    """Every CPU any of the node's processes may run on (union of their
+    affinities). Measured: loading only the core a vLLM CPU worker is bound
+    to (VLLM_CPU_OMP_THREADS_BIND) left the tiny model's throughput unchanged
+    (1.03x), because its API server and EngineCore, which may run on any
+    core, are the bottleneck; they just moved to the other core. Falls back
+    to every CPU this process may use when no pid can be read."""
+    cpus: set[int] = set()
     for pid in pids:
         try:
-            sets.append(frozenset(os.sched_getaffinity(pid)))
+            cpus |= os.sched_getaffinity(pid)
         except OSError:
             continue
-    if not sets:
-        return sorted(os.sched_getaffinity(0))
-    return sorted(min(sets, key=len))
+    return sorted(cpus or os.sched_getaffinity(0))
 
 
 # --- labelled helper processes ----------------------------------------------
@@ -265,10 +265,16 @@ def nvml_device_count() -> int:
         return 0
 
 
+_nvml_initialised = False
+
+
 def nvml_sample(index: int = 0) -> GpuSample:
+    global _nvml_initialised
     import pynvml
 
-    pynvml.nvmlInit()
+    if not _nvml_initialised:  # once per process: samplers call this ten times a second
+        pynvml.nvmlInit()
+        _nvml_initialised = True
     h = pynvml.nvmlDeviceGetHandleByIndex(index)
     reasons_fn = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
         pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
@@ -276,12 +282,22 @@ def nvml_sample(index: int = 0) -> GpuSample:
     return GpuSample(
         sm_clock_mhz=int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
         sm_clock_max_mhz=int(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)),
-        clocks_event_reasons=int(reasons_fn(h)),
+        clocks_event_reasons=_optional(lambda: int(reasons_fn(h))),
         util_gpu_pct=int(pynvml.nvmlDeviceGetUtilizationRates(h).gpu),
         mem_used_mb=int(mem.used // 2**20),
         mem_total_mb=int(mem.total // 2**20),
-        power_w=round(pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0, 1),
+        power_w=_optional(lambda: round(pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0, 1)),
     )
+
+
+def _optional(read):
+    """Some NVML readings are not supported in every VM; -1 says so."""
+    import pynvml
+
+    try:
+        return read()
+    except pynvml.NVMLError:
+        return -1
 
 
 # --- the fault shape shared by gpu_throttle and gpu_memory_pressure ------------

@@ -7,8 +7,9 @@ throttle by load only and never touch clocks, power limits, persistence or
 compute mode: those outlive a crash and belong to the machine's owner.
 
 On a CPU-only machine the analog is competing CPU load on the cores the
-replica computes on (``cotenant.node_cpus``): busy loops pinned there, so the
-replica's compute thread gets about 1/(per_cpu+1) of its core. A competing
+replica may run on (``cotenant.node_cpus``, the union of its processes'
+affinities): ``per_cpu`` busy loops pinned to each, so the replica's threads
+get about 1/(per_cpu+1) of each core. A competing
 load was chosen over a cgroup CPU quota because it is the same mechanism as
 on a GPU (a co-tenant, healed by ending one labelled process) and moves none
 of the replica's processes between cgroups. The result's ``analog`` says

