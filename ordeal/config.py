@@ -56,6 +56,9 @@ class ClusterSpec:
     # Put Ordeal's fault proxy on every link (client-router, router-replica-i)
     # so link faults (latency, bandwidth, resets, HTTP/SSE faults) can act.
     fault_proxy: bool = True
+    # Start replicas under libfaketime (wall clock only, ~0% overhead
+    # measured) so clock_drift can move their clocks.
+    clock_faults: bool = True
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

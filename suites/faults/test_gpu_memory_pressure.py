@@ -1,0 +1,26 @@
+"""gpu_memory_pressure: a co-tenant takes device memory next to a replica
+(on a CPU-only machine: host memory, the CPU analog). The replica must keep
+serving; the memory must come back after the heal."""
+
+import os
+
+import pytest
+
+from fixtures.fault_suite import run_single_fault
+
+pytestmark = [pytest.mark.faults, pytest.mark.cluster]
+
+
+def test_memory_is_taken_while_injected_and_returned_after_heal(ordeal_run):
+    r = run_single_fault(ordeal_run, "gpu_memory_pressure", "replica-1", {"mb": 1024})
+    fault, after = r.phases["fault"], r.phases["after_heal"]
+    assert r.window.get("injected") and r.window.get("healed"), r.window
+    got, healed = r.window["inject_result"], r.window["heal_result"]
+    if got["analog"] == "memory-hog":
+        # The hog really holds the memory (resident, not just reserved) ...
+        rss = int(got["ready"].split("rss_bytes=")[1].split()[0])
+        assert rss >= 1000 * 2**20, got
+    # ... and the heal ended exactly it, so the memory is back.
+    assert healed["ended_pids"] == [got["helper_pid"]], (got, healed)
+    assert not os.path.exists(f"/proc/{got['helper_pid']}"), got
+    assert fault.requests >= 10 and after.ok_share == 1.0, r.brief()
