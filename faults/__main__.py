@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     h = sub.add_parser("heal-all", help="heal every fault still in the ledger")
     h.add_argument("--ledger-dir", default=None, help="ledger directory (default: the state dir)")
-    sub.add_parser("list", help="list the faults still in the ledger")
+    sub.add_parser("list", help="list the faults still in the ledger, and the known kinds")
     args = ap.parse_args(argv)
     ledger = Ledger(getattr(args, "ledger_dir", None))
     if args.cmd == "list":
@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
             print(e if isinstance(e, str) else f"{e.id} {e.kind} on {e.target} "
                   f"(run {e.run_id}, since {e.injected})")
         print(f"{len(pending)} fault(s) in {ledger.dir}")
+        from .catalogue import KINDS
+        print(f"known kinds: {', '.join(KINDS)}")
         return 0
     lines = heal_all(ledger)
     for line in lines:
