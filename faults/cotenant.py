@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from ordeal.config import state_dir
+from ordeal.procfs import environ as proc_environ
+from ordeal.procfs import start_time as proc_start_time
 from ordeal.topology import Node
 
 from .base import Fault, FaultError
@@ -50,30 +52,6 @@ READY = "READY"
 
 
 # --- /proc reading (faults sit below fixtures, so no import from there) -----
-
-def proc_start_time(pid: int) -> str | None:
-    """Field 22 of /proc/PID/stat (start time in clock ticks): with the pid it
-    names one process for good, even after the pid is reused. None if gone
-    or a zombie."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] in ("Z", "X") else fields[19]
-
-
-def proc_environ(pid: int) -> dict[str, str]:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    out = {}
-    for item in raw.split(b"\0"):
-        k, sep, v = item.partition(b"=")
-        if sep:
-            out[k.decode(errors="replace")] = v.decode(errors="replace")
-    return out
-
 
 def pids_with_tag(tag: str) -> list[int]:
     """Live processes whose environment carries ORDEAL_HELPER=tag: how a

@@ -23,9 +23,9 @@ import os
 import signal
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
+from ordeal import procfs
 from ordeal.topology import Node
 
 from .base import Fault, FaultError
@@ -48,41 +48,8 @@ class Member:
     label: str
 
 
-def proc_stat(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name (state first), or
-    None when the process is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def proc_state(pid: int) -> str | None:
-    """One letter (R, S, T, Z, ...), or None when the process is gone."""
-    fields = proc_stat(pid)
-    return fields[0] if fields else None
-
-
-def proc_start_time(pid: int) -> str | None:
-    fields = proc_stat(pid)
-    return fields[19] if fields else None  # field 22 of stat: start time in clock ticks
-
-
 def proc_label(pid: int) -> str | None:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return None
-    for item in raw.split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep and key == LABEL.encode():
-            return value.decode(errors="replace")
-    return None
-
-
-def proc_pgid(pid: int) -> int | None:
-    fields = proc_stat(pid)
-    return int(fields[2]) if fields else None
+    return procfs.environ(pid).get(LABEL)
 
 
 def run_label(pid: int) -> str | None:
@@ -91,7 +58,7 @@ def run_label(pid: int) -> str | None:
     own = proc_label(pid)
     if own is not None:
         return own
-    pgid = proc_pgid(pid)
+    pgid = procfs.pgid(pid)
     return proc_label(pgid) if pgid is not None and pgid != pid else None
 
 
@@ -100,7 +67,7 @@ def snapshot(pids: list[int]) -> list[Member]:
     without a label, are left out."""
     out = []
     for pid in pids:
-        start, pgid, label = proc_start_time(pid), proc_pgid(pid), run_label(pid)
+        start, pgid, label = procfs.start_time(pid), procfs.pgid(pid), run_label(pid)
         if start is not None and pgid is not None and label is not None:
             out.append(Member(pid, start, pgid, label))
     return out
@@ -108,8 +75,8 @@ def snapshot(pids: list[int]) -> list[Member]:
 
 def is_same(member: Member) -> bool:
     """The recorded process, and not a later one that reuses its pid."""
-    return (proc_start_time(member.pid) == member.start_time
-            and proc_pgid(member.pid) == member.pgid
+    return (procfs.start_time(member.pid) == member.start_time
+            and procfs.pgid(member.pid) == member.pgid
             and run_label(member.pid) == member.label)
 
 
@@ -134,8 +101,8 @@ def wait_states(pids: list[int], stopped: bool, timeout: float = 10.0) -> list[i
     returns the pids that still are not, after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
-        wrong = [p for p in pids if proc_state(p) not in (None, "Z")
-                 and (proc_state(p) == STOPPED) != stopped]
+        wrong = [p for p in pids if procfs.state(p) not in (None, "Z")
+                 and (procfs.state(p) == STOPPED) != stopped]
         if not wrong or time.monotonic() >= deadline:
             return wrong
         time.sleep(0.02)

@@ -37,7 +37,8 @@ from faults.iptables import ChainSpec, RuleCounter
 from faults.ledger import Ledger
 from faults.network_partition import NetworkPartition, partition_rules
 from faults.packet_loss import PacketLoss, loss_counters, loss_rules
-from faults.process_pause import Member, ProcessPause, continue_members, proc_state
+from faults.process_pause import Member, ProcessPause, continue_members
+from ordeal.procfs import state as proc_state
 from fixtures.model import ensure_tiny_model
 from fixtures.ports import free_ports
 from fixtures.processes import ManagedProcess

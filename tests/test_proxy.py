@@ -13,7 +13,6 @@ import http.client
 import json
 import os
 import random
-import signal
 import socket
 import socketserver
 import subprocess

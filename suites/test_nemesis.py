@@ -1,0 +1,47 @@
+"""Smoke: a seeded nemesis schedule of tolerable faults under load.
+
+One replica paused, one replica partitioned, latency on a link: a two-replica
+cluster behind a router should ride all of it out. The schedule is planned
+from ``--seed`` (same seed, same faults at the same times, on the same
+targets), always ends healed, and every invariant must hold.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from faults import Ledger
+from faults.schedule import FaultChoice, is_healed_at_end, plan_schedule
+from fixtures.workload import WorkloadSpec
+
+pytestmark = [pytest.mark.smoke, pytest.mark.cluster]
+
+TOLERABLE = [
+    FaultChoice("process_pause", "one"),
+    FaultChoice("network_partition", "one", {"mode": "drop"}),
+    FaultChoice("network_latency", "router-replica-0", {"latency_ms": 150, "jitter_ms": 50}),
+]
+
+
+def test_seeded_schedule_of_tolerable_faults(ordeal_run, ordeal_config):
+    duration = max(60.0, ordeal_config.load_duration_s)
+    steps = plan_schedule(TOLERABLE, duration, ordeal_config.seed, quiet_s=(4, 8),
+                          hold_s=(5, 10), tail_s=12)
+    assert is_healed_at_end(steps) and len(steps) >= 4, steps
+    spec = WorkloadSpec(duration_s=duration, rate=ordeal_config.load_rate,
+                        seed=ordeal_config.seed)
+    ordeal_run.load(spec, schedule=steps, schedule_seed=ordeal_config.seed, after_heal_s=10)
+    results = ordeal_run.check()
+    summary = ordeal_run.finish()
+
+    assert not summary["errors"], summary["errors"]
+    assert summary["schedule"] == [s.to_dict() for s in steps]
+    injects = [s for s in steps if s.action == "inject"]
+    assert len(summary["faults"]) == len(injects), summary["faults"]
+    for w in summary["faults"]:
+        assert w["injected"] and w["healed"] and not w["error"], w
+    assert Ledger().pending() == []  # everything healed, nothing left on record
+    assert summary["ops"]["invoked"] >= 300, summary["ops"]
+    for r in results:
+        assert r.valid is True, r.to_dict()
+    assert summary["verdict"] == "pass"
