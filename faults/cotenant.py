@@ -1,5 +1,5 @@
 """Co-tenants: labelled helper processes that sit beside a node and take
-something away from it (CPU, memory, GPU compute, GPU memory), plus the
+something away from it (memory, GPU compute, GPU memory), plus the
 small process plumbing every helper of a fault needs (the clock strober too).
 
 Why a separate process: a hog must outlive neither its fault nor a crashed
@@ -11,13 +11,15 @@ pid after checking the start time or the tag, never by name.
 
 Run as ``python -m faults.cotenant MODE ...``:
 
-- ``cpu --cpus 1 --per-cpu 2``: busy loops pinned to the given CPUs
 - ``memory --mb 1024``: allocate and touch N MB of RAM, then hold it
 - ``cuda-matmul --device 0 --size 8192``: bf16 matmuls in a loop (the GPU is
   then throttled by load alone: power cap, clocks; no setting is touched)
 - ``cuda-memory --device 0 --fraction 0.8``: hold a share of device memory
 
-Each mode prints one line ``READY ...`` once its load is in place.
+Each mode prints one line ``READY ...`` once its load is in place. (A CPU
+busy-loop mode was measured to take nothing from a replica here, because
+sched autogroup shares CPU per session: gpu_throttle's CPU analog is a
+cgroup CPU quota instead, faults/cgroup.py.)
 NEVER does any mode change GPU clocks, power limits, persistence or compute
 mode: the throttle comes from load only.
 """
@@ -25,7 +27,6 @@ mode: the throttle comes from load only.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import signal
 import subprocess
@@ -348,36 +349,6 @@ class CotenantFault(Fault):
 
 # --- the hog modes (run inside the helper process) ------------------------------
 
-def _die_with_parent() -> None:
-    """Forked workers die with their leader (prctl PR_SET_PDEATHSIG), so
-    killing the leader can never leave a spinning orphan behind."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _spin_forever() -> None:
-    while True:
-        pass
-
-
-def run_cpu(cpus: list[int], per_cpu: int) -> None:
-    """``per_cpu`` busy loops on each CPU: under CFS a node's thread on that
-    CPU then gets about 1/(per_cpu+1) of it."""
-    leader = os.getpid()
-    for cpu in cpus:
-        for _ in range(per_cpu):
-            if os.fork() == 0:
-                _die_with_parent()
-                if os.getppid() != leader:  # the leader died before prctl took hold
-                    os._exit(0)
-                os.sched_setaffinity(0, {cpu})
-                _spin_forever()
-    print(f"{READY} cpu cpus={','.join(map(str, cpus))} per_cpu={per_cpu} "
-          f"workers={len(cpus) * per_cpu}", flush=True)
-    while True:
-        signal.pause()
-
-
 def run_memory(mb: int) -> None:
     """Allocate ``mb`` MB and write one byte per page, so every page is
     resident (an untouched allocation costs the machine nothing)."""
@@ -427,9 +398,6 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m faults.cotenant", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="mode", required=True)
-    c = sub.add_parser("cpu")
-    c.add_argument("--cpus", required=True, help="comma-separated CPU ids")
-    c.add_argument("--per-cpu", type=int, default=2)
     m = sub.add_parser("memory")
     m.add_argument("--mb", type=int, required=True)
     g = sub.add_parser("cuda-matmul")
@@ -439,9 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--fraction", type=float, default=0.8)
     args = ap.parse_args(argv)
-    if args.mode == "cpu":
-        run_cpu([int(c) for c in args.cpus.split(",")], args.per_cpu)
-    elif args.mode == "memory":
+    if args.mode == "memory":
         run_memory(args.mb)
     elif args.mode == "cuda-matmul":
         run_cuda_matmul(args.device, args.size)

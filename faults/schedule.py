@@ -43,10 +43,11 @@ class FaultChoice:
 def plan_schedule(choices: Sequence[FaultChoice], duration_s: float, seed: int,
                   quiet_s: tuple[float, float] = (10.0, 20.0),
                   hold_s: tuple[float, float] = (5.0, 15.0),
-                  tail_s: float = 10.0) -> list[Step]:
+                  tail_s: float = 10.0, cycle: bool = False) -> list[Step]:
     """Steps for ``duration_s`` seconds: quiet, inject, hold, heal, repeat.
     The last heal is at least ``tail_s`` before the end, so the run always
-    sees the cluster after its final heal."""
+    sees the cluster after its final heal. Faults are drawn at random by
+    weight, or with ``cycle`` taken in turn (so a short run sees each)."""
     if not choices:
         raise ConfigError("schedule: no fault to choose from; give at least one kind")
     for name, (lo, hi) in (("quiet_s", quiet_s), ("hold_s", hold_s)):
@@ -64,7 +65,7 @@ def plan_schedule(choices: Sequence[FaultChoice], duration_s: float, seed: int,
         hold = rng.uniform(*hold_s)
         if start + hold > duration_s - tail_s:
             break
-        c = rng.choices(choices, weights)[0]
+        c = choices[key % len(choices)] if cycle else rng.choices(choices, weights)[0]
         steps.append(Step(round(start, 3), "inject", c.kind, c.target, key, dict(c.params)))
         steps.append(Step(round(start + hold, 3), "heal", c.kind, c.target, key, dict(c.params)))
         key += 1

@@ -26,8 +26,8 @@ TOLERABLE = [
 def test_seeded_schedule_of_tolerable_faults(ordeal_run, ordeal_config):
     duration = max(60.0, ordeal_config.load_duration_s)
     steps = plan_schedule(TOLERABLE, duration, ordeal_config.seed, quiet_s=(4, 8),
-                          hold_s=(5, 10), tail_s=12)
-    assert is_healed_at_end(steps) and len(steps) >= 4, steps
+                          hold_s=(5, 10), tail_s=12, cycle=True)
+    assert is_healed_at_end(steps) and len(steps) >= 2 * len(TOLERABLE), steps
     spec = WorkloadSpec(duration_s=duration, rate=ordeal_config.load_rate,
                         seed=ordeal_config.seed)
     ordeal_run.load(spec, schedule=steps, schedule_seed=ordeal_config.seed, after_heal_s=10)

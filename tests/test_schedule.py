@@ -56,6 +56,13 @@ def test_every_schedule_ends_healed_inside_its_duration(seed, duration, q, h):
                                   duration, seed, quiet_s=(q / 2, q), hold_s=(h / 2, h))
 
 
+def test_cycle_takes_each_choice_in_turn():
+    kinds = ["a", "b", "c"]
+    steps = plan_schedule([FaultChoice(k) for k in kinds], 600, 5, cycle=True)
+    injected = [s.kind for s in steps if s.action == "inject"]
+    assert len(injected) >= 6 and injected == [kinds[i % 3] for i in range(len(injected))]
+
+
 def test_is_healed_at_end_catches_a_missing_heal():
     steps = plan_schedule([FaultChoice("process_kill")], 300, 3)
     assert steps and is_healed_at_end(steps)
