@@ -1,0 +1,30 @@
+"""gpu_throttle: take compute away from one replica (co-tenant CUDA load on
+a GPU; on a CPU-only machine a cgroup CPU quota of 20% on the replica's
+processes). Its requests slow down while injected and recover after."""
+
+import statistics
+
+import pytest
+
+from fixtures.fault_suite import run_single_fault
+
+pytestmark = [pytest.mark.faults, pytest.mark.cluster]
+
+
+def e2e_of(phase, node):
+    xs = [v["e2e_ms"] for v in phase.values if v.get("node") == node and "e2e_ms" in v]
+    return statistics.median(xs) if xs else None
+
+
+def test_throttled_replica_slows_down_and_recovers(ordeal_run):
+    r = run_single_fault(ordeal_run, "gpu_throttle", "replica-1", {"cpu_fraction": 0.2})
+    steady, fault, after = r.phases["steady"], r.phases["fault"], r.phases["after_heal"]
+    assert r.window.get("injected") and r.window.get("healed"), r.window
+    print("analog:", r.window["inject_result"].get("analog"))
+    slow, base, back = (e2e_of(p, "replica-1") for p in (fault, steady, after))
+    other = e2e_of(fault, "replica-0")
+    assert None not in (slow, base, back, other), r.brief()
+    assert slow >= 2 * base, (slow, base, r.brief())
+    assert slow >= 1.5 * other, (slow, other)  # the target, not the whole machine
+    assert back <= 1.5 * base + 50, (back, base)
+    assert after.ok_share == 1.0, r.brief()
