@@ -7,6 +7,7 @@ recorded op with its reason, and the checkers must judge it right.
 """
 
 import asyncio
+import json
 import contextlib
 
 import pytest
@@ -155,3 +156,27 @@ async def test_closed_loop_keeps_one_request_per_client_in_flight(tmp_path):
         else:
             open_now.remove(o.process)
     assert not open_now and h.counts["ok"] == h.counts["invoke"] > 10
+
+
+async def slow_json(request):
+    """A whole, valid JSON answer that arrives in pieces (a slow link)."""
+    body = json.dumps({"id": "c1", "choices": [{"text": "x" * 3000, "finish_reason": "length"}],
+                       "usage": {"completion_tokens": 3}}).encode()
+    resp = web.StreamResponse(headers={"content-type": "application/json"})
+    resp.content_length = len(body)
+    await resp.prepare(request)
+    for i in range(0, len(body), 500):
+        await resp.write(body[i:i + 500])
+        await asyncio.sleep(0.01)
+    return resp
+
+
+async def test_a_body_that_arrives_slowly_is_read_whole(tmp_path):
+    async with serving(slow_json) as port:
+        h = History(tmp_path / "h.jsonl")
+        spec = WorkloadSpec(duration_s=0.3, rate=10, stream_share=0.0, canary_every=0,
+                            timeout_s=5, seed=3)
+        await WorkloadRunner(spec, f"http://127.0.0.1:{port}", h).run()
+        h.close()
+    done = [o for o in read_history(tmp_path / "h.jsonl") if o.type != "invoke"]
+    assert done and all(o.type == "ok" for o in done), [o.error for o in done][:2]
