@@ -5,8 +5,10 @@ Phases come from the nemesis ops in the same history: a fault window runs
 from an ``inject``/begin op to the matching ``heal``/end op; the
 ``after_s`` seconds after a heal are that heal's recovery window; the rest
 is steady state. A request belongs to the phase in which it was *invoked*
-(it met the cluster in that state). Memory: the requests in flight plus one
-small record per fault window.
+(it met the cluster in that state), unless a fault began while it was in
+flight: then it met that fault, and belongs to its window (a request cut by
+a kill must not count as a steady-state error). Memory: the requests in
+flight plus one small record per fault window.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ class Timeline:
         self._counts: dict[str, int] = {}
         self._last_healed: Window | None = None
 
-    def on_nemesis(self, op: Op) -> None:
+    def on_nemesis(self, op: Op) -> Window | None:
+        """Track windows; returns the window this op opened, if any."""
         v = op.value
         key = f"{v.get('kind')}@{v.get('target')}"
         if op.f == "inject" and v.get("phase") == "begin":
@@ -60,11 +63,13 @@ class Timeline:
                        op.time_ns)
             self.windows.append(w)
             self._open[key] = w
+            return w
         elif op.f == "heal" and v.get("phase") == "end" and key in self._open:
             w = self._open.pop(key)
             w.end_ns = op.time_ns
             w.heal_value = dict(v)
             self._last_healed = w
+        return None
 
     def phase_at(self, t_ns: int) -> tuple[str, str]:
         if self._open:
@@ -87,7 +92,10 @@ class RequestPairer:
 
     def feed(self, op: Op) -> Request | None:
         if op.process == NEMESIS:
-            self.timeline.on_nemesis(op)
+            opened = self.timeline.on_nemesis(op)
+            if opened is not None:  # requests in flight now meet this fault
+                for proc, (inv, _, _) in self._open.items():
+                    self._open[proc] = (inv, "fault", opened.label)
         elif op.process == MONITOR:
             return None
         elif op.type == "invoke":

@@ -13,18 +13,23 @@ KEYS = [("process_kill", "replica-0"), ("process_kill", "replica-1"), ("network_
 # An event: (gap in ms before it, what): "req", or an index into KEYS to toggle
 # (inject if healed, heal if injected).
 events = st.lists(st.tuples(st.integers(1, 20),
-                            st.one_of(st.just("req"), st.integers(0, len(KEYS) - 1))),
+                            st.one_of(st.just("req"), st.just("done"),
+                                      st.integers(0, len(KEYS) - 1))),
                   max_size=60)
 
 
 def build(evs):
-    ops, t, open_keys, proc = [], 0, set(), 0
+    ops, t, open_keys, proc, in_flight = [], 0, set(), 0, []
     for gap, what in evs:
         t += gap * UNIT  # coarse steps, so boundaries (t - heal == after) really occur
-        if what == "req":
+        if what == "req":  # a request starts; it ends at a later "done" (or the end)
             proc += 1
+            in_flight.append(proc)
             ops.append(Op(len(ops), t, "w", "invoke", proc, "completions", {}))
-            ops.append(Op(len(ops), t, "w", "ok", proc, "completions", {}))
+            continue
+        if what == "done":
+            if in_flight:
+                ops.append(Op(len(ops), t, "w", "ok", in_flight.pop(0), "completions", {}))
             continue
         kind, target = KEYS[what]
         f = "heal" if what in open_keys else "inject"
@@ -32,6 +37,8 @@ def build(evs):
         for phase in ("begin", "end"):
             ops.append(Op(len(ops), t, "w", "info", "nemesis", f,
                           {"kind": kind, "target": target, "phase": phase}))
+    for p in in_flight:
+        ops.append(Op(len(ops), t, "w", "ok", p, "completions", {}))
     return ops
 
 
@@ -50,8 +57,18 @@ def reference(ops, after_ns):
         elif op.f == "heal" and op.value["phase"] == "end":
             open_by_key.pop(key)["end"] = op.time_ns
     out = []
+    done_at = {op.process: op.index for op in ops if op.type not in ("invoke",)
+               and op.process != "nemesis"}
+    begins = [(op.index, w) for op, w in zip(
+        [o for o in ops if o.process == "nemesis" and o.f == "inject"
+         and o.value["phase"] == "begin"], windows)]
     for op in ops:
         if op.type != "invoke":
+            continue
+        # A fault that began while the request was in flight is the one it met.
+        met = [w for i, w in begins if op.index < i < done_at[op.process]]
+        if met:
+            out.append(("fault", met[-1]["label"]))
             continue
         t = op.time_ns
         active = [w for w in windows if w["begin"] <= t and (w["end"] is None or t < w["end"])]

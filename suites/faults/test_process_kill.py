@@ -19,3 +19,5 @@ def test_killed_replica_is_gone_then_restarted_and_serving(ordeal_run):
     assert fault.health["replica-1"]["None"] >= 1, r.brief()
     assert after.health["replica-1"]["200"] >= 1, r.brief()
     assert after.nodes["replica-1"] >= 1 and after.ok_share == 1.0, r.brief()
+    # Requests cut by the kill count in the fault window, not as steady errors.
+    assert r.phases["steady"].ok_share == 1.0, r.brief()
