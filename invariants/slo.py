@@ -213,6 +213,8 @@ class Availability(_PhasedChecker):
                       for k, v in self.groups.figures().items() if v["phase"] == "fault"}
         details = {"min_availability": self.t.min_availability, "windows": per_window,
                    "fault_windows": len(self.timeline.windows)}
+        if not self.timeline.windows:
+            return Result(self.name, True, {**details, "why": "no fault in this run"})
         if not per_window:
             return Result(self.name, "unknown",
                           {**details, "why": "no request during a fault window"})
@@ -270,7 +272,7 @@ class Recovery(StreamingChecker):
         details = {"recovery_bound_s": t.recovery_bound_s, "after_heal_s": t.after_heal_s,
                    "windows": out}
         if not self.timeline.windows:
-            return Result(self.name, "unknown", {**details, "why": "no fault was healed"})
+            return Result(self.name, True, {**details, "why": "no fault in this run"})
         return Result(self.name, valid, details)
 
 

@@ -162,3 +162,15 @@ def test_slo_file(tmp_path):
     f.write_text("[slo\n")
     with pytest.raises(ConfigError, match="cannot read it as TOML"):
         SLOTargets.from_file(f)
+
+
+def test_a_run_without_faults_is_not_unknown_for_fault_checkers():
+    h = H()
+    for i in range(10):
+        h.req(i)
+    for checker in (Availability(), Recovery(), RestartReadiness()):
+        r = checker.check(h.sorted(), ctx())
+        assert r.valid is True and r.details["why"].startswith("no "), r.to_dict()
+    # ... but a fault window with no request in it cannot be judged.
+    h.fault(20, 30)
+    assert Availability().check(h.sorted(), ctx()).valid == "unknown"

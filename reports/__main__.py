@@ -1,0 +1,195 @@
+"""``python -m reports``: the run store from a terminal.
+
+    list               runs, newest first: verdict, suite, start, ops
+    show [RUN]         a run's summary (latest by default)
+    compare RUN_A RUN_B  invariants and key figures side by side
+    render [RUN]       (re)write the run's report.html
+    open               print the path of the latest report.html (no browser:
+                       these machines have none, and CI must not start one)
+
+RUN is a run id under the runs directory, ``latest``, or a path to a run
+directory. ``--runs-dir`` defaults to reports/runs beside this package.
+Exit status: 0 done, 2 a missing or unknown run or a damaged summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .html import REPORT_NAME, load_summary, render_report
+
+DEFAULT_RUNS = Path(__file__).resolve().parent / "runs"
+COMPARE_FIGURES = ("invoked", "ok", "fail", "info")
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+def resolve_run(runs_dir: Path, run: str | None) -> Path:
+    """A run directory from an id, ``latest`` or a path; says what exists
+    when it cannot find one."""
+    if run and Path(run).is_dir() and (Path(run) / "summary.json").exists():
+        return Path(run)
+    name = run or "latest"
+    path = runs_dir / name
+    if path.is_dir():
+        return path.resolve() if name == "latest" else path
+    if not runs_dir.is_dir():
+        raise CliError(f"no runs directory at {runs_dir} (use --runs-dir DIR)")
+    if run is None:
+        raise CliError(f"no latest run in {runs_dir}: run a suite first, or name a run")
+    near = [d.name for d in _run_dirs(runs_dir) if name in d.name][:5]
+    hint = f"; runs matching: {', '.join(near)}" if near else "; see `python -m reports list`"
+    raise CliError(f"unknown run {name!r} in {runs_dir}{hint}")
+
+
+def _run_dirs(runs_dir: Path) -> list[Path]:
+    """Run directories, newest first (ids start with a UTC stamp)."""
+    if not runs_dir.is_dir():
+        return []
+    return sorted((d for d in runs_dir.iterdir()
+                   if d.is_dir() and not d.is_symlink() and not d.name.startswith(".")),
+                  key=lambda d: d.name, reverse=True)
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    summary, why = load_summary(run_dir)
+    if why:
+        raise CliError(why)
+    return summary
+
+
+def cmd_list(runs_dir: Path, out: Any) -> int:
+    dirs = _run_dirs(runs_dir)
+    if not dirs:
+        raise CliError(f"no runs in {runs_dir}")
+    out.write(f"{'verdict':8} {'started':25} {'ops':>7}  suite  (run id)\n")
+    for d in dirs:
+        summary, why = load_summary(d)
+        if why:
+            out.write(f"{'damaged':8} {'?':25} {'?':>7}  {d.name}  ({why})\n")
+            continue
+        ops = summary.get("ops") if isinstance(summary.get("ops"), dict) else {}
+        out.write(f"{summary.get('verdict', '?')!s:8} {summary.get('started', '?')!s:25} "
+                  f"{ops.get('invoked', '?')!s:>7}  {summary.get('suite', '?')}  ({d.name})\n")
+    return 0
+
+
+def _figures(details: Any, limit: int = 6) -> str:
+    if not isinstance(details, dict):
+        return ""
+    items = [(k, v) for k, v in details.items()
+             if isinstance(v, (str, int, float, bool)) or v is None][:limit]
+    return ", ".join(f"{k}={v}" for k, v in items)
+
+
+def cmd_show(run_dir: Path, out: Any) -> int:
+    s = read_summary(run_dir)
+    out.write(f"run      {s.get('run_id', run_dir.name)}\n"
+              f"suite    {s.get('suite', '?')}\n"
+              f"time     {s.get('started', '?')} .. {s.get('ended', '?')}\n"
+              f"verdict  {str(s.get('verdict', 'unknown')).upper()}\n"
+              f"ops      {json.dumps(s.get('ops', {}))}\n")
+    for f in s.get("faults") or []:
+        if isinstance(f, dict):
+            out.write(f"fault    {f.get('kind')} on {f.get('target')}: {f.get('injected')} .. "
+                      f"{f.get('healed')}"
+                      f"{'  ERROR ' + str(f['error']) if f.get('error') else ''}\n")
+    out.write("invariants:\n")
+    for inv in s.get("invariants") or []:
+        if not isinstance(inv, dict):
+            continue
+        cx = inv.get("counterexamples") or []
+        first = ""
+        if cx and isinstance(cx[0], dict):
+            first = f"; first: op {cx[0].get('index', '?')} {str(cx[0].get('problem', ''))[:80]}"
+        out.write(f"  {inv.get('valid')!s:7} {inv.get('name')}: {_figures(inv.get('details'))}"
+                  f"{f' [{len(cx)} counterexamples{first}]' if cx else ''}\n")
+    for e in s.get("errors") or []:
+        out.write(f"error    {str(e)[:300]}\n")
+    report = run_dir / REPORT_NAME
+    out.write(f"report   {report if report.exists() else '(none; python -m reports render)'}\n")
+    return 0
+
+
+def cmd_compare(a_dir: Path, b_dir: Path, out: Any) -> int:
+    a, b = read_summary(a_dir), read_summary(b_dir)
+    width = 24
+    out.write(f"{'':{width}} {'A':>12}   {'B':>12}\n")
+    out.write(f"{'run':{width}} {a_dir.name[:40]}  |  {b_dir.name[:40]}\n")
+    out.write(f"{'verdict':{width}} {a.get('verdict')!s:>12}   {b.get('verdict')!s:>12}\n")
+    for k in COMPARE_FIGURES:
+        va = (a.get("ops") or {}).get(k, "-")
+        vb = (b.get("ops") or {}).get(k, "-")
+        out.write(f"{'ops.' + k:{width}} {va!s:>12}   {vb!s:>12}\n")
+    invs_a = {i.get("name"): i for i in a.get("invariants") or [] if isinstance(i, dict)}
+    invs_b = {i.get("name"): i for i in b.get("invariants") or [] if isinstance(i, dict)}
+    names = list(invs_a) + [n for n in invs_b if n not in invs_a]
+    for name in names:
+        ia, ib = invs_a.get(name, {}), invs_b.get(name, {})
+        va, vb = str(ia.get("valid", "-")), str(ib.get("valid", "-"))
+        mark = "" if va == vb else "   <- differs"
+        out.write(f"{str(name)[:width]:{width}} {va:>12}   {vb:>12}{mark}\n")
+        fa, fb = _figures(ia.get("details"), 4), _figures(ib.get("details"), 4)
+        if fa != fb:
+            out.write(f"{'':{width}}   A: {fa}\n{'':{width}}   B: {fb}\n")
+    return 0
+
+
+def cmd_render(run_dir: Path, out: Any) -> int:
+    read_summary(run_dir)  # a damaged summary is an error here, not only a note in the page
+    path = render_report(run_dir)
+    if not path.exists():
+        raise CliError(f"could not write {path}")
+    out.write(f"{path}\n")
+    return 0
+
+
+def cmd_open(runs_dir: Path, out: Any) -> int:
+    run_dir = resolve_run(runs_dir, None)
+    report = run_dir / REPORT_NAME
+    if not report.exists():
+        raise CliError(f"{report} does not exist yet: python -m reports render")
+    out.write(f"{report}\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, out: Any = None) -> int:
+    out = out or sys.stdout
+    p = argparse.ArgumentParser(prog="python -m reports", description=__doc__.split("\n")[0])
+    p.add_argument("--runs-dir", type=Path, default=DEFAULT_RUNS)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list", help="runs with verdict, suite, start, ops")
+    sub.add_parser("show", help="a run's summary").add_argument("run", nargs="?")
+    c = sub.add_parser("compare", help="two runs side by side")
+    c.add_argument("run_a")
+    c.add_argument("run_b")
+    sub.add_parser("render", help="(re)write report.html").add_argument("run", nargs="?")
+    sub.add_parser("open", help="print the latest report's path")
+    args = p.parse_args(argv)
+    try:
+        if args.cmd == "list":
+            return cmd_list(args.runs_dir, out)
+        if args.cmd == "show":
+            return cmd_show(resolve_run(args.runs_dir, args.run), out)
+        if args.cmd == "compare":
+            return cmd_compare(resolve_run(args.runs_dir, args.run_a),
+                               resolve_run(args.runs_dir, args.run_b), out)
+        if args.cmd == "render":
+            return cmd_render(resolve_run(args.runs_dir, args.run), out)
+        return cmd_open(args.runs_dir, out)
+    except CliError as e:
+        print(f"python -m reports {args.cmd}: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `python -m reports list | head`
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

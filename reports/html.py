@@ -1,0 +1,345 @@
+"""report.html: a run told at a glance, self-contained (inline CSS and SVG,
+no script, no network), written beside summary.json.
+
+Order of the page: the verdict and the invariant table (with links from
+each counterexample to the ops around it), then plots over time with the
+fault windows shaded, then the fault timeline and the ops around each
+failure. Everything that came from the cluster or the history (model
+output, error strings, node names, fault targets) is untrusted text and
+goes through ``html.escape``; only whitelisted fields of ops are shown.
+
+``render_report`` never raises: a damaged summary or history gives a page
+that shows what could be read and says what was wrong, because it runs at
+the end of a harness whose evidence matters more than the page.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from .collect import NODE_METRICS, ReportData, collect
+from .plots import Chart, Series, Shade, render_chart, render_strips
+
+REPORT_NAME = "report.html"
+MAX_FIGURES = 8  # key figures shown per invariant
+MAX_CX = 5  # counterexamples shown per invariant
+
+CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
+h1{font-size:22px;margin:0 0 4px} h2{margin-top:32px;border-bottom:1px solid #ccc}
+.verdict{display:inline-block;padding:6px 16px;border-radius:6px;font-size:24px;font-weight:bold;
+ color:#fff;margin:8px 0} .v-pass{background:#2ca02c} .v-fail{background:#d62728}
+.v-unknown{background:#e69500}
+table{border-collapse:collapse;margin:8px 0} td,th{border:1px solid #ddd;padding:3px 8px;
+ vertical-align:top;text-align:left} th{background:#f3f3f3}
+.valid-true{color:#2ca02c;font-weight:bold} .valid-false{color:#d62728;font-weight:bold}
+.valid-unknown{color:#e69500;font-weight:bold}
+.problems{background:#fff3f3;border:1px solid #d62728;padding:8px 12px;margin:12px 0}
+.mono,pre{font-family:ui-monospace,monospace;font-size:12px;white-space:pre-wrap;
+ word-break:break-all} .focus{background:#fff0c0} .small{color:#666;font-size:12px}
+svg.chart{display:block;margin:6px 0 18px;max-width:100%;height:auto}
+.plot-bg{fill:#fafafa;stroke:#ccc} .grid{stroke:#e6e6e6} .tick,.legend{font-size:11px;fill:#444}
+.axis{font-size:12px;fill:#222} .line{fill:none;stroke-width:1.6;stroke-linecap:round}
+.fault{fill:#d62728;fill-opacity:.12} .fault-label{font-size:10px;fill:#a00}
+.cloud{fill-opacity:.45}
+"""
+
+
+def load_summary(run_dir: Path) -> tuple[dict[str, Any], str | None]:
+    """summary.json as a dict, or ({}, why it could not be read)."""
+    path = run_dir / "summary.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}, f"{path} is missing"
+    except (OSError, ValueError) as e:
+        return {}, f"{path} is damaged: {type(e).__name__}: {e}"
+    if not isinstance(data, dict):
+        return {}, f"{path} is damaged: not a JSON object"
+    return data, None
+
+
+def _e(v: Any, cap: int = 400) -> str:
+    s = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
+    return escape(s if len(s) <= cap else s[:cap] + " …")
+
+
+def _valid_cell(v: Any) -> str:
+    name = {True: "true", False: "false"}.get(v, "unknown") if isinstance(v, bool) or v is None \
+        else ("unknown" if str(v) == "unknown" else _e(v))
+    return f'<td class="valid-{name}">{name}</td>'
+
+
+def _figures(details: Any) -> str:
+    """Scalar top-level details, the figures a person reads first."""
+    if not isinstance(details, dict):
+        return _e(details)
+    items = [(k, v) for k, v in details.items()
+             if isinstance(v, (str, int, float, bool)) or v is None][:MAX_FIGURES]
+    lists = [(k, v) for k, v in details.items() if isinstance(v, list) and v][:2]
+    parts = [f"{_e(k)}={_e(v, 120)}" for k, v in items + lists]
+    return "<br>".join(parts) or '<span class="small">(see summary.json)</span>'
+
+
+def _counterexamples(cxs: Any, linked: set[int]) -> str:
+    if not isinstance(cxs, list) or not cxs:
+        return ""
+    rows = []
+    for cx in cxs[:MAX_CX]:
+        if not isinstance(cx, dict):
+            rows.append(_e(cx, 200))
+            continue
+        idx = cx.get("index")
+        label = f"op {idx}" if isinstance(idx, int) else "op ?"
+        ref = (f'<a href="#op-{idx}">{escape(label)}</a>' if isinstance(idx, int) and idx in linked
+               else escape(label))
+        rest = {k: v for k, v in cx.items() if k not in ("index", "problem")}
+        rows.append(f'{ref}: {_e(cx.get("problem", ""), 200)} '
+                    f'<span class="mono">{_e(rest, 300)}</span>')
+    more = f"<br>… {len(cxs) - MAX_CX} more in summary.json" if len(cxs) > MAX_CX else ""
+    return "<br>".join(rows) + more
+
+
+def section_head(summary: dict[str, Any], data: ReportData | None, problems: list[str]) -> str:
+    verdict = str(summary.get("verdict", "unknown"))
+    css = verdict if verdict in ("pass", "fail") else "unknown"
+    ops = summary.get("ops") if isinstance(summary.get("ops"), dict) else {}
+    cluster = summary.get("cluster") if isinstance(summary.get("cluster"), dict) else {}
+    wl = summary.get("workload") if isinstance(summary.get("workload"), dict) else {}
+    out = [f"<h1>Ordeal run {_e(summary.get('run_id', '(unknown run)'))}</h1>",
+           f'<div class="verdict v-{css}" id="verdict">Verdict: {escape(verdict.upper())}</div>',
+           (f'<p>suite <b>{_e(summary.get("suite", "?"))}</b> · started '
+            f'{_e(summary.get("started", "?"))} · ended {_e(summary.get("ended", "?"))} · backend '
+            f'{_e(cluster.get("backend", "?"))} · engine {_e(cluster.get("engine", "?"))}</p>'),
+           "<p>ops: " + " · ".join(f"{_e(k)} {_e(v)}" for k, v in ops.items()) + "</p>"]
+    if wl:
+        keys = ("mode", "rate", "duration_s", "concurrency", "stream_share", "seed")
+        out.append('<p class="small">workload: ' + " · ".join(
+            f"{k} {_e(wl[k])}" for k in keys if k in wl) + "</p>")
+    nodes = [n for n in cluster.get("nodes") or [] if isinstance(n, dict)]
+    if nodes:  # no URLs: they may carry credentials on a real cluster
+        out.append("<table><tr><th>node</th><th>role</th><th>fingerprint</th></tr>" + "".join(
+            f"<tr><td>{_e(n.get('name'))}</td><td>{_e(n.get('role'))}</td>"
+            f"<td>{_e(n.get('fingerprint'))}</td></tr>" for n in nodes) + "</table>")
+    errs = [str(e) for e in summary.get("errors") or []]
+    if errs or problems:
+        out.append('<div class="problems" id="problems"><b>Problems</b><ul>' + "".join(
+            f"<li>run error: {_e(e, 1000)}</li>" for e in errs[:30]) + "".join(
+            f"<li>report: {_e(p, 1000)}</li>" for p in problems[:60]) + "</ul></div>")
+    return "".join(out)
+
+
+def section_invariants(summary: dict[str, Any], data: ReportData | None) -> str:
+    invs = [i for i in summary.get("invariants") or [] if isinstance(i, dict)]
+    if not invs:
+        return "<h2>Invariants</h2><p>No invariant results in summary.json.</p>"
+    linked = {c.index for c in data.contexts} if data else set()
+    rows = "".join(
+        f"<tr><td>{_e(i.get('name'))}</td>{_valid_cell(i.get('valid'))}"
+        f"<td>{_figures(i.get('details'))}</td>"
+        f"<td>{_counterexamples(i.get('counterexamples'), linked)}</td></tr>" for i in invs)
+    return ('<h2>Invariants</h2><table id="invariants"><tr><th>invariant</th><th>valid</th>'
+            f"<th>key figures</th><th>counterexamples</th></tr>{rows}</table>")
+
+
+def _shades(data: ReportData) -> list[Shade]:
+    return [Shade(s, e if e is not None else data.span_s, label) for s, e, label in data.windows]
+
+
+def _charts(data: ReportData) -> list[str]:
+    w = data.width_s
+    n = int(max(data.span_s, w) // w) + 1
+    x_max = n * w
+    xs = [(i + 0.5) * w for i in range(n)]
+    bs = [data.buckets.get(i) for i in range(n)]
+    shades = _shades(data)
+
+    def per_bucket(get: Any) -> list[tuple[float, float | None]]:
+        return [(x, get(b) if b is not None else None) for x, b in zip(xs, bs)]
+
+    def counts(get: Any) -> list[tuple[float, float | None]]:
+        # an empty bucket inside the run is zero requests, not a gap
+        return [(x, get(b) if b is not None else 0.0) for x, b in zip(xs, bs)]
+
+    def q(metric: str, p: float) -> Any:
+        return lambda b: getattr(b, metric).quantile(p)
+
+    out = []
+    lat = Chart("Latency (ms)", "latency, ms (log)", x_max, shades=shades, log_y=True)
+    for metric, label, colour in (("ttft", "TTFT", "#c85a00"), ("e2e", "E2E", "#0b4f8a")):
+        lat.series.append(Series(f"{label} p50", per_bucket(q(metric, 0.5)), colour))
+        lat.series.append(Series(f"{label} p99", per_bucket(q(metric, 0.99)), colour, True))
+    lat.points = [(x, e2e, "#1f77b4") for x, e2e, _, _ in data.cloud]
+    lat.points += [(x, ttft, "#ff7f0e") for x, _, ttft, _ in data.cloud if ttft is not None]
+    out.append(_figure(lat, f"per {w:g} s bucket by invoke time; dots: a sample of "
+                            f"{len(data.cloud)} of {data.seen_requests} requests (blue E2E, "
+                            "orange TTFT)"))
+    itl = Chart("Inter-token latency (ms)", "ITL, ms (log)", x_max, shades=shades, log_y=True)
+    itl.series = [Series("ITL p50", per_bucket(q("itl", 0.5)), "#6a3d9a"),
+                  Series("ITL p99", per_bucket(q("itl", 0.99)), "#6a3d9a", True)]
+    out.append(_figure(itl, "between streamed chunks, as vllm bench serve defines ITL"))
+    rate = Chart("Throughput and goodput", "requests/s", x_max, shades=shades)
+    rate.series = [Series("ok/s", counts(lambda b: b.ok / w), "#1f77b4", True),
+                   Series("goodput/s (within SLO)", counts(lambda b: b.good / w), "#2ca02c"),
+                   Series("fail/s", counts(lambda b: b.fail / w), "#d62728"),
+                   Series("info/s (unknown)", counts(lambda b: b.info / w), "#e69500")]
+    out.append(_figure(rate, "by completion time"))
+    kinds = sorted({k for b in bs if b for k in b.errors})
+    errs = Chart("Errors and unknown outcomes by kind", "requests/s", x_max, shades=shades)
+    errs.series = [Series(f"{t}: {k}", counts(lambda b, key=(t, k): b.errors.get(key, 0) / w))
+                   for t, k in kinds]
+    out.append(_figure(errs, "fail = certainly did not run; info = outcome unknown"
+                       if kinds else "no failed or unknown requests"))
+    out.append("<h3>Per-node health and engine metrics</h3>")
+    if data.nodes:
+        carry = max(1, int(6.0 // w))  # buckets a sample stands for
+        rows = []
+        for node in data.nodes:
+            runs: list[tuple[float, float, str]] = []
+            last, since = "none", 0
+            for i, b in enumerate(bs):
+                if b is not None and node in b.health:
+                    last, since = ("ok" if b.health[node] else "down"), i
+                # samples come every few seconds: hold the last one that long
+                state = last if i - since <= carry else "none"
+                if runs and runs[-1][2] == state:
+                    runs[-1] = (runs[-1][0], (i + 1) * w, state)
+                else:
+                    runs.append((i * w, (i + 1) * w, state))
+            rows.append((node, runs))
+        out.append(render_strips("/health per node", x_max, rows, shades))
+    for label in [*NODE_METRICS, *sorted(data.gpu_keys)]:
+        # samples are sparser than buckets: join them rather than break at each gap
+        series = [Series(node, [(x, y) for x, y in per_bucket(
+            lambda b, n=node, m=label: b.nodes.get(n, {}).get(m)) if y is not None])
+            for node in data.nodes]
+        if any(y is not None for s in series for _, y in s.points):
+            out.append(_figure(Chart(label, label, x_max, series, shades=shades),
+                               "max per bucket of the monitor's samples"))
+    if not data.gpu_keys:
+        out.append('<p class="small">GPU telemetry: none in the monitor samples '
+                   "(no GPU on this cluster).</p>")
+    return out
+
+
+def _figure(chart: Chart, note: str) -> str:
+    return (f"<h3>{escape(chart.title)}</h3>{render_chart(chart)}"
+            f'<p class="small">{escape(note)}</p>')
+
+
+def section_plots(data: ReportData | None) -> str:
+    if data is None or data.t0_ns is None:
+        return "<h2>Over time</h2><p>No ops could be read from history.jsonl.</p>"
+    dropped = (f" {data.windows_dropped} later fault windows are not drawn."
+               if data.windows_dropped else "")
+    return (f'<h2 id="plots">Over time</h2><p class="small">{data.ops_read} ops over '
+            f"{data.span_s:.1f} s in {data.width_s:g} s buckets; shaded: fault windows "
+            f"(inject begin to heal end).{dropped}</p>" + "".join(_charts(data)))
+
+
+def section_faults(summary: dict[str, Any], data: ReportData | None) -> str:
+    faults = [f for f in summary.get("faults") or [] if isinstance(f, dict)]
+    out = ["<h2>Fault timeline</h2>"]
+    if faults:
+        out.append("<table><tr><th>kind</th><th>target</th><th>injected</th><th>healed</th>"
+                   "<th>inject</th><th>heal</th><th>error</th></tr>")
+        for f in faults[:300]:
+            out.append(f"<tr><td>{_e(f.get('kind'))}</td><td>{_e(f.get('target'))}</td>"
+                       f"<td>{_e(f.get('injected'))}</td><td>{_e(f.get('healed'))}</td>"
+                       f'<td class="mono">{_e(f.get("inject_result"), 300)}</td>'
+                       f'<td class="mono">{_e(f.get("heal_result"), 300)}</td>'
+                       f"<td>{_e(f.get('error') or '')}</td></tr>")
+        out.append("</table>")
+    elif data and data.windows:
+        out.append("<table><tr><th>window</th><th>from (s)</th><th>to (s)</th></tr>" + "".join(
+            f"<tr><td>{_e(lbl)}</td><td>{s:.1f}</td><td>{'' if e is None else f'{e:.1f}'}</td></tr>"
+            for s, e, lbl in data.windows) + "</table>")
+    else:
+        out.append("<p>No faults were injected in this run.</p>")
+    return "".join(out)
+
+
+def _op_row(op: dict[str, Any]) -> str:
+    cls = ' class="focus"' if op.get("focus") else ""
+    rest = {k: v for k, v in op.items()
+            if k not in ("index", "wall", "type", "process", "f", "output", "prompt", "error",
+                         "focus")}
+    text = "".join(f"<div>{k}: <span class=\"mono\">{_e(op[k], 300)}</span></div>"
+                   for k in ("error", "prompt", "output") if op.get(k))
+    return (f"<tr{cls}><td>{_e(op.get('index'))}</td><td>{_e(op.get('wall'))}</td>"
+            f"<td>{_e(op.get('type'))}</td><td>{_e(op.get('process'))}</td><td>{_e(op.get('f'))}"
+            f'</td><td><span class="mono">{_e(rest, 300)}</span>{text}</td></tr>')
+
+
+def section_contexts(data: ReportData | None) -> str:
+    out = ["<h2>Ops around failures and counterexamples</h2>"]
+    if data is None or not data.contexts:
+        out.append("<p>No failed or unknown requests, and no counterexamples with an op index.</p>")
+        return "".join(out)
+    for ctx in data.contexts:
+        out.append(f'<h3 id="op-{ctx.index}">op {ctx.index}: {_e(ctx.why, 300)}</h3>'
+                   "<table><tr><th>index</th><th>wall</th><th>type</th><th>process</th><th>f</th>"
+                   "<th>value (selected fields)</th></tr>"
+                   + "".join(_op_row(op) for op in ctx.ops) + "</table>")
+    return "".join(out)
+
+
+def build_page(run_dir: Path) -> str:
+    """The whole page as a string; each section is guarded so one broken
+    part leaves the others."""
+    problems: list[str] = []
+    summary, why = load_summary(run_dir)
+    if why:
+        problems.append(why)
+    data: ReportData | None = None
+    history = run_dir / "history.jsonl"
+    if history.exists():
+        data = collect(history, summary)
+        problems.extend(data.problems)
+    else:
+        problems.append(f"{history} is missing")
+    parts = []
+    for make in (lambda: section_invariants(summary, data), lambda: section_plots(data),
+                 lambda: section_faults(summary, data), lambda: section_contexts(data)):
+        try:
+            parts.append(make())
+        except Exception as e:  # noqa: BLE001 - keep the rest of the page
+            problems.append(f"a section could not be drawn: {type(e).__name__}: {e} "
+                            f"({traceback.format_exc(limit=-1).strip().splitlines()[-2].strip()})")
+    head = section_head(summary, data, problems)
+    title = escape(f"Ordeal {summary.get('verdict', 'unknown')}: "
+                   f"{summary.get('run_id', run_dir.name)}")
+    return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+            '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+            'style-src \'unsafe-inline\'; img-src data:">'
+            f"<title>{title}</title><style>{CSS}</style></head><body>"
+            f"{head}{''.join(parts)}</body></html>\n")
+
+
+def render_report(run_dir: Path) -> Path:
+    """Write ``report.html`` in ``run_dir`` and return its path. Never
+    raises: the harness calls it last, and a broken report must not hide the
+    run's result. If the page cannot be built, a short page says why; if it
+    cannot be written, the reason goes to stderr."""
+    run_dir = Path(run_dir)
+    out = run_dir / REPORT_NAME
+    try:
+        page = build_page(run_dir)
+    except Exception as e:  # noqa: BLE001
+        page = (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Ordeal report"
+                f"</title></head><body><h1>Report could not be drawn</h1><pre>"
+                f"{escape(f'{type(e).__name__}: {e}')}</pre><p>See summary.json and "
+                f"history.jsonl in {escape(str(run_dir))}.</p></body></html>\n")
+    try:
+        tmp = out.with_name(f".{REPORT_NAME}.tmp")
+        tmp.write_text(page, encoding="utf-8")
+        os.replace(tmp, out)
+    except OSError as e:
+        print(f"ordeal: could not write {out}: {e}", file=sys.stderr)
+    return out
