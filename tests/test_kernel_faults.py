@@ -500,6 +500,38 @@ def test_process_pause_stops_every_process_and_the_heal_resumes_them(replica, tm
     assert after.ok and ledger.pending() == []
 
 
+@pytest.mark.cluster
+def test_pausing_only_the_engine_leaves_health_answering_200_while_no_token_comes(
+        replica, tmp_path):
+    """The weakness issue 12 found: with only vLLM's EngineCore stopped, the
+    API server still says /health 200 (a hang that looks healthy), while a
+    completion times out. A name that matches no member is refused first."""
+    url = replica.endpoint.url
+    ledger = Ledger(tmp_path / "ledger")
+    with pytest.raises(FaultError, match=r"matches only='NoSuchProcess'.*EngineCore"):
+        ProcessPause(replica, RUN_ID, ledger, only="NoSuchProcess").inject()
+    assert ledger.pending() == []
+    assert probe(url, completion=True).ok
+    fault = ProcessPause(replica, RUN_ID, ledger, only="EngineCore")
+    injected = fault.inject()
+    try:
+        paused = injected["pids"]
+        others = [p for p in replica.pids() if p not in paused]
+        assert len(paused) == 1 and others, (paused, others)
+        assert states(paused) == {paused[0]: "T"}
+        assert "T" not in states(others).values(), states(others)
+        stalled = probe(url, completion=True, timeout=3)
+        health = probe(url, timeout=3)
+        say(f"process_pause only=EngineCore: /health ok={health.ok} in {health.seconds:.3f} s, "
+            f"completion -> {stalled.error} after {stalled.seconds:.2f} s")
+        assert health.ok and health.seconds < 1.0  # 200, and fast: the lie
+        assert not stalled.ok and stalled.error == "timeout"
+    finally:
+        healed = fault.heal()
+    assert healed["continued"] == paused and ledger.pending() == []
+    assert probe(url, completion=True, timeout=30).ok
+
+
 # ------------------------------------------ a crashed harness, then heal-all
 
 CHILD_HARNESS = r"""
