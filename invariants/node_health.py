@@ -36,15 +36,34 @@ class HealthTruthful(StreamingChecker):
         self.busy_since: dict[str, tuple[int, float]] = {}
         self.lies: list[dict[str, Any]] = []
         self.samples = 0
+        # node -> request ids its served journal says began and have not ended.
+        # The engine's own gauges freeze with the engine (a SIGSTOPped
+        # EngineCore keeps reporting its last "running" value, often 0), so
+        # work held by the API server is counted from the journal too.
+        self.open: dict[str, set[str]] = {}
+        self.pid: dict[str, Any] = {}
+
+    def _served(self, op: Op) -> None:
+        held = self.open.setdefault(str(op.value.get("node")), set())
+        held.update(op.value.get("begun") or [])
+        for entry in op.value.get("entries") or []:
+            held.discard(entry[0])
 
     def feed(self, op: Op) -> None:
+        if op.process == MONITOR and op.f == "served":
+            self._served(op)
+            return
         v = _samples(op)
         if v is None:
             return
         self.samples += 1
         m = v.get("metrics") or {}
         node = v["node"]
-        busy = (m.get("vllm:num_requests_running", 0) + m.get("vllm:num_requests_waiting", 0)) > 0
+        if self.pid.get(node, v.get("pid")) != v.get("pid"):
+            self.open.pop(node, None)  # a restarted node holds none of the old requests
+        self.pid[node] = v.get("pid")
+        queued = m.get("vllm:num_requests_running", 0) + m.get("vllm:num_requests_waiting", 0)
+        busy = queued > 0 or bool(self.open.get(node))
         tokens = m.get("vllm:generation_tokens_total")
         if v.get("health") != 200 or not busy or tokens is None:
             self.busy_since.pop(node, None)

@@ -70,12 +70,13 @@ def test_journal_tail_reads_only_new_whole_lines_and_reports_bad_ones(tmp_path):
     p.write_text(json.dumps({"rid": "old", "status": 200, "complete": True}) + "\n")
     tail = JournalTail(p)  # starts at the end: "old" belongs to an earlier run
     with p.open("a") as f:
-        f.write(json.dumps({"rid": "a", "status": 200, "complete": True}) + "\n")
+        f.write(json.dumps({"rid": "a", "phase": "begin"}) + "\n")
+        f.write(json.dumps({"rid": "a", "phase": "end", "status": 200, "complete": True}) + "\n")
         f.write("not json\n")
         f.write('{"rid": "b", "sta')  # a line being written right now
-    entries, bad = tail.read_new()
-    assert entries == [["a", 200, True]]
+    entries, begun, bad = tail.read_new()
+    assert entries == [["a", 200, True]] and begun == ["a"]
     assert len(bad) == 1 and "not json" in bad[0]
     with p.open("a") as f:
         f.write('tus": 499, "complete": false}\n')
-    assert tail.read_new() == ([["b", 499, False]], [])
+    assert tail.read_new() == ([["b", 499, False]], [], [])

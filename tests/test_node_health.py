@@ -35,6 +35,28 @@ def test_health_200_with_stuck_work_is_a_lie():
                                   RunContext()).valid is True
 
 
+def served(t, node="replica-0", begun=(), ended=()):
+    return Op(0, int(t * S), "w", "info", "monitor", "served",
+              {"node": node, "begun": list(begun),
+               "entries": [[rid, 200, True] for rid in ended]})
+
+
+def test_frozen_gauges_do_not_hide_work_the_journal_says_is_held():
+    """A paused engine freezes its own gauges (here at 0 running); the API
+    server still took the requests, and its journal says so."""
+    h = [served(1, begun=["a", "b"])] + [sample(t, tokens=500.0) for t in range(2, 30, 2)]
+    r = HealthTruthful().check(h, RunContext())
+    assert r.valid is False and "no token for" in r.counterexamples[0]["problem"]
+    # Once the held requests end, the idle node is truthful again ...
+    h = [served(1, begun=["a"]), served(3, ended=["a"])] + [sample(t, tokens=5.0)
+                                                             for t in range(4, 30, 2)]
+    assert HealthTruthful().check(h, RunContext()).valid is True
+    # ... and a restarted node holds none of the requests of the old process.
+    h = [sample(0, tokens=5.0), served(1, begun=["a"])] + [
+        sample(t, pid=11, tokens=0.0) for t in range(2, 30, 2)]
+    assert HealthTruthful().check(h, RunContext()).valid is True
+
+
 def test_counter_going_backwards_is_caught_unless_the_node_restarted():
     ok = [sample(0, tokens=100.0), sample(2, tokens=10.0, pid=11), sample(4, tokens=20.0, pid=11)]
     r = CountersMonotonic().check(ok, RunContext())

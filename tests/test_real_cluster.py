@@ -45,8 +45,9 @@ def test_real_traffic_is_recorded_and_judged_valid(ordeal_cluster, tmp_path):
     # saw exactly the requests the client says it served, once, complete.
     served = {}
     for name, tail in tails.items():
-        entries, bad = tail.read_new()
+        entries, begun, bad = tail.read_new()
         assert bad == []
+        assert sorted(begun) == sorted(e[0] for e in entries)  # each began, each ended
         for rid, status, complete_ in entries:
             assert (status, complete_) == (200, True)
             served.setdefault(rid, []).append(name)

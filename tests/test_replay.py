@@ -69,9 +69,11 @@ def test_the_committed_example_is_a_valid_short_schedule():
 @pytest.mark.cluster
 @pytest.mark.timeout(400)
 def test_replaying_the_shrunk_schedule_fails_the_same_way(ordeal_run, ordeal_say, tmp_path):
-    """Up to three replays, each a fresh run: health_truthful has a known
-    blind spot (a paused engine's gauges can freeze at zero running, and
-    then the lie is invisible), measured to hide the lie in 1 replay of 7."""
+    """Up to three replays, each a fresh run. The schedule sits near the edge
+    of the stall bound (it was shrunk to the shortest hold that broke it);
+    before health_truthful read held requests from the served journals, a
+    paused engine's gauges frozen at zero hid the lie in 1 replay of 7.
+    With the journals it broke on the first replay 5 times of 5."""
     saved = load_schedule(EXAMPLE)
     runs = [ordeal_run] + [OrdealRun(RunDir.create(tmp_path / "runs", f"replay-{i}"),
                                      f"replay-{i}", ordeal_run.cluster, ordeal_say)
