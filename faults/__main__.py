@@ -39,4 +39,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # e.g. `python -m faults list | head -1`: not an error
+        sys.stderr.close()
+        sys.exit(0)
