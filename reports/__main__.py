@@ -3,13 +3,18 @@
     list               runs, newest first: verdict, suite, start, ops
     show [RUN]         a run's summary (latest by default)
     compare RUN_A RUN_B  invariants and key figures side by side
+    compare-baseline RUN BASELINE [--thresholds FILE] [--all] [--json]
+                       qualify RUN against an earlier run: regressions per
+                       invariant and SLO figure (reports/baseline.py);
+                       exit 0 pass, 1 regressed, 2 bad input
     render [RUN]       (re)write the run's report.html
     open               print the path of the latest report.html (no browser:
                        these machines have none, and CI must not start one)
 
 RUN is a run id under the runs directory, ``latest``, or a path to a run
 directory. ``--runs-dir`` defaults to reports/runs beside this package.
-Exit status: 0 done, 2 a missing or unknown run or a damaged summary.
+Exit status: 0 done, 2 a missing or unknown run or a damaged summary
+(compare-baseline: 1 when the run regressed).
 """
 
 from __future__ import annotations
@@ -21,6 +26,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ordeal.config import ConfigError
+
+from .baseline import Comparison, load_baseline, load_thresholds
+from .baseline import compare as compare_baseline
 from .html import REPORT_NAME, load_summary, render_report
 
 DEFAULT_RUNS = Path(__file__).resolve().parent / "runs"
@@ -142,6 +151,73 @@ def cmd_compare(a_dir: Path, b_dir: Path, out: Any) -> int:
     return 0
 
 
+def _baseline_dir(runs_dir: Path, run: str) -> Path:
+    """A path as given (load_baseline says what is wrong with it), otherwise
+    a run id or ``latest`` under the runs directory."""
+    return Path(run) if Path(run).exists() or "/" in run else resolve_run(runs_dir, run)
+
+
+def _num(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _change(r: dict[str, Any]) -> str:
+    if r.get("kind") == "invariant":
+        return str(r["change"])
+    if r.get("kind") in ("error_rate", "goodput", "availability"):
+        return f"{r['change'] * 100:+.2f} pp"
+    rel = r.get("relative_change")
+    return f"{r['change']:+.4g}" + (f" ({rel:+.1%})" if rel is not None else "")
+
+
+def print_comparison(cmp: Comparison, out: Any, show_all: bool = False) -> None:
+    d = cmp.to_dict()
+    out.write(f"run       {d['current_run']}\nbaseline  {d['baseline_run']}\n"
+              f"rules     {cmp.thresholds.describe()}\n")
+    for w in d["warnings"]:
+        out.write(f"WARNING   {w}\n")
+    rows = list(d["regressions"]) + list(d["improvements"]) + list(d["reported"])
+    if show_all:
+        rows += [i.to_dict() for i in cmp.invariants if i.status == "unchanged"]
+        rows += [f.to_dict() for f in cmp.figures if f.status == "unchanged"]
+    width = max([len(r["figure"]) for r in rows] + [30])
+    out.write(f"\n{'status':10} {'figure':{width}} {'baseline':>10} {'current':>10}  "
+              f"{'change':18} threshold\n")
+    for r in rows:
+        out.write(f"{r['status'].upper():10} {r['figure']:{width}} {_num(r['baseline']):>10} "
+                  f"{_num(r['current']):>10}  {_change(r):18} {r['threshold']}\n")
+    if not rows:
+        out.write("(no regression or improvement beyond its threshold)\n")
+    if d["not_compared"]:
+        out.write(f"\nnot compared ({len(d['not_compared'])}):\n")
+        for n in d["not_compared"]:
+            out.write(f"  {n['figure']}: {n['why']}\n")
+    out.write(f"\nqualification {d['verdict'].upper()}: {len(d['regressions'])} regressed, "
+              f"{d['improved']} improved, {d['unchanged']} unchanged, "
+              f"{len(d['not_compared'])} not compared "
+              f"({d['compared']['invariants']} invariants, {d['compared']['figures']} figures "
+              f"compared)\n")
+
+
+def cmd_compare_baseline(run_dir: Path, baseline_dir: Path, thresholds: Path | None,
+                         out: Any, show_all: bool = False, as_json: bool = False) -> int:
+    try:
+        t = load_thresholds(thresholds)
+        current = load_baseline(run_dir, role="run")
+        base = load_baseline(baseline_dir)
+        cmp = compare_baseline(current, base, t)
+    except ConfigError as e:
+        raise CliError(str(e)) from e
+    if as_json:
+        out.write(json.dumps({"baseline_dir": str(baseline_dir), **cmp.to_dict()}, indent=1)
+                  + "\n")
+    else:
+        print_comparison(cmp, out, show_all)
+    return 1 if cmp.verdict == "regressed" else 0
+
+
 def cmd_render(run_dir: Path, out: Any) -> int:
     read_summary(run_dir)  # a damaged summary is an error here, not only a note in the page
     path = render_report(run_dir)
@@ -170,6 +246,14 @@ def main(argv: Sequence[str] | None = None, out: Any = None) -> int:
     c = sub.add_parser("compare", help="two runs side by side")
     c.add_argument("run_a")
     c.add_argument("run_b")
+    q = sub.add_parser("compare-baseline",
+                       help="qualify a run against a baseline run (exit 1 if regressed)")
+    q.add_argument("run", help="the run to qualify: id, latest or directory")
+    q.add_argument("baseline", help="the earlier run: id, latest or directory")
+    q.add_argument("--thresholds", type=Path, default=None, metavar="FILE",
+                   help="TOML thresholds file (see reports/baseline.py); defaults otherwise")
+    q.add_argument("--all", action="store_true", help="list unchanged figures too")
+    q.add_argument("--json", action="store_true", help="print the comparison as JSON")
     sub.add_parser("render", help="(re)write report.html").add_argument("run", nargs="?")
     sub.add_parser("open", help="print the latest report's path")
     args = p.parse_args(argv)
@@ -181,6 +265,10 @@ def main(argv: Sequence[str] | None = None, out: Any = None) -> int:
         if args.cmd == "compare":
             return cmd_compare(resolve_run(args.runs_dir, args.run_a),
                                resolve_run(args.runs_dir, args.run_b), out)
+        if args.cmd == "compare-baseline":
+            return cmd_compare_baseline(_baseline_dir(args.runs_dir, args.run),
+                                        _baseline_dir(args.runs_dir, args.baseline),
+                                        args.thresholds, out, args.all, args.json)
         if args.cmd == "render":
             return cmd_render(resolve_run(args.runs_dir, args.run), out)
         return cmd_open(args.runs_dir, out)
