@@ -5,6 +5,7 @@ from .determinism import CanaryDeterminism
 from .duplicates import NoDuplicateExecution
 from .no_silent_loss import NoSilentLoss
 from .node_health import CountersMonotonic, HealthTruthful, LeakBound
+from .planted import PLANTED, ExcludingPlanted, PlantedDetected, with_planted
 from .slo import (Availability, ErrorRate, Goodput, LatencySLO, Recovery, RestartReadiness,
                   SLOTargets)
 from .stream_wellformed import StreamWellFormed
@@ -19,4 +20,4 @@ __all__ = ["Checker", "Result", "RunContext", "merge_valid", "run_checker", "SLO
            "NoSilentLoss", "StreamWellFormed", "UsageMatchesTokens", "NoDuplicateExecution", "CanaryDeterminism",
            "LatencySLO", "Goodput", "ErrorRate", "Availability", "Recovery",
            "RestartReadiness", "HealthTruthful", "CountersMonotonic", "LeakBound",
-           "DEFAULT_CHECKERS"]
+           "DEFAULT_CHECKERS", "PLANTED", "ExcludingPlanted", "PlantedDetected", "with_planted"]

@@ -17,6 +17,33 @@ from ordeal.history import HARNESS, Op
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 
 
+def usage_problems(value: dict[str, Any], limit: int) -> tuple[str, list[str]]:
+    """Judge the billing of one ``ok`` completion's ``value``; ``limit`` is its
+    invoke's ``max_tokens`` (0: unknown). Pure. Returns how it could be checked
+    ("no_usage", "unstreamed", "exact" or "bounded_only") and the problems."""
+    usage = value.get("usage") or {}
+    billed = usage.get("completion_tokens")
+    if not isinstance(billed, int):
+        return "no_usage", []
+    found: list[str] = []
+    if limit and billed > limit:
+        found.append(f"completion_tokens {billed} > max_tokens {limit}")
+    if value.get("finish_reason") == "length" and limit and billed != limit:
+        found.append(f"finish_reason 'length' but {billed} tokens of max_tokens {limit}")
+    stream = value.get("stream")
+    if not isinstance(stream, dict):
+        return "unstreamed", found
+    streamed = stream.get("n_token_ids")
+    if isinstance(streamed, int):
+        if streamed != billed:
+            found.append(f"streamed {streamed} token ids but usage says {billed}")
+        return "exact", found
+    content = sum(1 for c in stream.get("chunks", []) if c.get("text"))
+    if not 1 <= content <= billed:
+        found.append(f"{content} content chunks for {billed} billed tokens")
+    return "bounded_only", found
+
+
 class UsageMatchesTokens(StreamingChecker):
     name = "usage_matches_tokens"
 
@@ -41,29 +68,15 @@ class UsageMatchesTokens(StreamingChecker):
         limit = self.max_tokens.pop(op.process, 0)
         if op.type != "ok":
             return
-        usage = op.value.get("usage") or {}
-        billed = usage.get("completion_tokens")
-        if not isinstance(billed, int):
+        how, problems = usage_problems(op.value, limit)
+        if how == "no_usage":
             self.counts["no_usage"] += 1
             return
         self.counts["checked"] += 1
-        if limit and billed > limit:
-            self._bad(op, f"completion_tokens {billed} > max_tokens {limit}")
-        if op.value.get("finish_reason") == "length" and limit and billed != limit:
-            self._bad(op, f"finish_reason 'length' but {billed} tokens of max_tokens {limit}")
-        stream = op.value.get("stream")
-        if not isinstance(stream, dict):
-            return
-        streamed = stream.get("n_token_ids")
-        if isinstance(streamed, int):
-            self.counts["exact"] += 1
-            if streamed != billed:
-                self._bad(op, f"streamed {streamed} token ids but usage says {billed}")
-        else:
-            self.counts["bounded_only"] += 1
-            content = sum(1 for c in stream.get("chunks", []) if c.get("text"))
-            if not 1 <= content <= billed:
-                self._bad(op, f"{content} content chunks for {billed} billed tokens")
+        if how in ("exact", "bounded_only"):
+            self.counts[how] += 1
+        for why in problems:
+            self._bad(op, why)
 
     def result(self) -> Result:
         c = self.counts
