@@ -265,6 +265,28 @@ def section_faults(summary: dict[str, Any], data: ReportData | None) -> str:
     return "".join(out)
 
 
+MINIMAL_SCHEDULE = "minimal-schedule.json"  # written by an exploration (issue 12)
+
+
+def section_minimal_schedule(run_dir: Path) -> str:
+    """An exploration's finding: the shrunk schedule and how to replay it.
+    Empty when the run did not explore or found nothing."""
+    path = run_dir / MINIMAL_SCHEDULE
+    if not path.exists():
+        return ""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    steps = [s for s in doc.get("steps") or [] if isinstance(s, dict)]
+    rows = "".join(f"<tr><td>{_e(s.get('at_s'))}</td><td>{_e(s.get('action'))}</td>"
+                   f"<td>{_e(s.get('kind'))}</td><td>{_e(s.get('target'))}</td>"
+                   f'<td class="mono">{_e(s.get("params"))}</td></tr>' for s in steps[:100])
+    return (f'<h2 id="minimal-schedule">Minimal failing schedule</h2><p>The exploration broke '
+            f"{_e(', '.join(map(str, doc.get('broke') or [])))}; Hypothesis shrank the failing "
+            f"examples to these {len(steps)} step(s) (seconds from the start of the load). "
+            f'Replay: <span class="mono">pytest suites/test_explore.py -m explore --replay '
+            f"{_e(str(path))}</span></p><table><tr><th>at (s)</th><th>action</th><th>kind</th>"
+            f"<th>target</th><th>params</th></tr>{rows}</table>")
+
+
 def _op_row(op: dict[str, Any]) -> str:
     cls = ' class="focus"' if op.get("focus") else ""
     rest = {k: v for k, v in op.items()
@@ -305,7 +327,8 @@ def build_page(run_dir: Path) -> str:
     else:
         problems.append(f"{history} is missing")
     parts = []
-    for make in (lambda: section_invariants(summary, data), lambda: section_plots(data),
+    for make in (lambda: section_minimal_schedule(run_dir),
+                 lambda: section_invariants(summary, data), lambda: section_plots(data),
                  lambda: section_faults(summary, data), lambda: section_contexts(data)):
         try:
             parts.append(make())
