@@ -89,6 +89,9 @@ async def _heal_window(fault: Fault, window: FaultWindow, history: History,
         window.error = (window.error or "") + f" heal failed: {type(e).__name__}: {e}"
 
 
+SLOW_ACTION_S = 1.0  # an action slower than this pushes the rest of a schedule back
+
+
 async def run_schedule(steps: Sequence[Step], make: Callable[[Step], list[Fault]],
                        history: History, progress: Callable[[str], None] | None = None
                        ) -> list[FaultWindow]:
@@ -100,9 +103,19 @@ async def run_schedule(steps: Sequence[Step], make: Callable[[Step], list[Fault]
     t0 = time.monotonic()
     active: dict[int, list[tuple[Fault, FaultWindow]]] = {}
     windows: list[FaultWindow] = []
+    lag = 0.0  # how far the schedule has been pushed back by slow actions
+    previous_at = 0.0
     try:
         for step in sorted(steps, key=lambda s: s.at_s):
-            await asyncio.sleep(max(0.0, t0 + step.at_s - time.monotonic()))
+            # A step that comes late (the action before it took longer than
+            # the gap, e.g. a restart that waited for readiness) pushes the
+            # rest back by as much: every quiet period and hold keeps its
+            # planned length, so each heal still has its after-heal window.
+            took = time.monotonic() - (t0 + lag + previous_at)  # the last action's time
+            if took > SLOW_ACTION_S:
+                lag += took
+            previous_at = step.at_s
+            await asyncio.sleep(max(0.0, t0 + lag + step.at_s - time.monotonic()))
             if step.action == "heal":
                 for fault, window in active.pop(step.key, []):
                     await _heal_window(fault, window, history, say)

@@ -2,6 +2,7 @@
 tested exactly; the executor runs a real (file-flipping) fault."""
 
 import asyncio
+import time
 import random
 from pathlib import Path
 
@@ -177,3 +178,29 @@ def test_executor_heals_what_is_active_when_cancelled(tmp_path):
 
     asyncio.run(go())
     assert not (tmp_path / "a").exists() and ledger.pending() == []
+
+
+class SlowHealFault(FlagFault):
+    """Its heal takes 1.5 s, as a restart that waits for readiness does."""
+
+    def _undo(self):
+        time.sleep(1.5)
+        return super()._undo()
+
+
+def test_a_slow_action_pushes_the_rest_of_the_schedule_back(tmp_path):
+    """The quiet period after a slow heal keeps its planned length, so the
+    next fault does not land on the heal's after-heal window."""
+    ledger = Ledger(tmp_path / "ledger")
+    h = History(tmp_path / "h.jsonl")
+    steps = [Step(0.0, "inject", "test_flag", "a", 0), Step(0.2, "heal", "test_flag", "a", 0),
+             Step(1.0, "inject", "test_flag", "b", 1), Step(1.1, "heal", "test_flag", "b", 1)]
+    asyncio.run(run_schedule(steps, lambda s: [SlowHealFault(tmp_path / s.target, "r", ledger)
+                                               if s.target == "a" else
+                                               FlagFault(tmp_path / s.target, "r", ledger)], h))
+    h.close()
+    ops = list(read_history(tmp_path / "h.jsonl"))
+    heal_a_end = next(o for o in ops if o.f == "heal" and o.value.get("phase") == "end")
+    inject_b = next(o for o in ops if o.f == "inject" and o.value.get("target") == "b")
+    gap_s = (inject_b.time_ns - heal_a_end.time_ns) / 1e9
+    assert gap_s >= 0.75, f"the 0.8 s quiet after the slow heal shrank to {gap_s:.2f} s"

@@ -1,0 +1,156 @@
+"""The pure parts of endurance runs (fixtures/endurance.py): the plan and its
+time scale, the state file, where a resumed run continues, and the live
+judge's stop condition, windows and interim file, on synthetic histories."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from faults.schedule import Step, is_healed_at_end
+from fixtures.endurance import (CATALOGUE, EndurancePlan, EnduranceState, Judge, StopCondition,
+                                kinds_option, load_state, remaining_steps, save_state)
+from invariants import RunContext
+from ordeal.config import ConfigError
+from ordeal.history import MONITOR, NEMESIS, History
+
+ALL = tuple(c.kind for c in CATALOGUE)
+
+
+def test_the_catalogue_has_every_kind_once():
+    from faults.catalogue import KINDS
+    assert sorted(ALL) == sorted(KINDS) and len(ALL) == 12
+
+
+def test_time_scale_divides_every_step_time_and_keeps_the_schedule():
+    slow = EndurancePlan(duration_s=3 * 3600, seed=7)
+    fast = EndurancePlan(duration_s=3 * 3600, seed=7, time_scale=20)
+    a, b = slow.schedule(), fast.schedule()
+    assert len(a) == len(b) > 2 * len(ALL)
+    for x, y in zip(a, b):
+        assert (x.action, x.kind, x.target, x.key) == (y.action, y.kind, y.target, y.key)
+        assert y.at_s == pytest.approx(x.at_s / 20, abs=0.002)
+    assert fast.run_s == pytest.approx(540)
+    assert is_healed_at_end(b)
+    assert {s.kind for s in b} == set(ALL)  # cycled: every kind in a long enough run
+
+
+def test_targets_are_resolved_to_names_and_seeded():
+    steps = EndurancePlan(duration_s=3600, seed=3).schedule()
+    assert all(s.target.startswith(("replica-", "router-replica-")) for s in steps), steps
+    assert steps == EndurancePlan(duration_s=3600, seed=3).schedule()
+    other = EndurancePlan(duration_s=3600, seed=4).schedule()
+    assert [s.at_s for s in other] != [s.at_s for s in steps]
+
+
+def test_bad_options_say_what_to_do():
+    with pytest.raises(ConfigError, match="--faults: unknown kind"):
+        kinds_option("process_pause,teleport")
+    with pytest.raises(ConfigError, match="--time-scale 0"):
+        EndurancePlan(duration_s=60, time_scale=0)
+    with pytest.raises(ConfigError, match="leaves no room for a fault"):
+        EndurancePlan(duration_s=30).schedule()
+    with pytest.raises(ConfigError, match="--stop-error-rate"):
+        StopCondition(max_error_rate=1.5)
+    assert kinds_option("all") == ALL and kinds_option(None) == ALL
+    assert kinds_option(" process_kill, process_pause ") == ("process_kill", "process_pause")
+
+
+def test_remaining_steps_drop_what_ran_and_shift_the_rest():
+    steps = [Step(10, "inject", "process_pause", "replica-0", 0),
+             Step(20, "heal", "process_pause", "replica-0", 0),
+             Step(30, "inject", "process_kill", "replica-1", 1),
+             Step(45, "heal", "process_kill", "replica-1", 1)]
+    # Died at 25 s: the pause is over; the kill is all to come.
+    assert remaining_steps(steps, 25) == [Step(5, "inject", "process_kill", "replica-1", 1),
+                                          Step(20, "heal", "process_kill", "replica-1", 1)]
+    # Died at 35 s, mid-kill: heal-all restarted it; its heal is not replayed.
+    assert remaining_steps(steps, 35) == []
+    assert remaining_steps(steps, 0) == steps
+
+
+def test_the_state_file_round_trips_and_a_bad_one_is_refused(tmp_path):
+    plan = EndurancePlan(duration_s=3600, time_scale=4, seed=2, kinds=("process_pause",))
+    state = EnduranceState(plan, plan.schedule(), [{"position_s": 0.0}])
+    save_state(tmp_path, state)
+    back = load_state(tmp_path)
+    assert back.plan == plan and back.steps == state.steps and back.segments == state.segments
+    with pytest.raises(ConfigError, match="no endurance.json"):
+        load_state(tmp_path / "elsewhere")
+    (tmp_path / "endurance.json").write_text(json.dumps({"format": "other"}))
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_state(tmp_path)
+
+
+def judge_on(tmp_path, stop: StopCondition, live_from_index: int = 0) -> tuple[Judge, History]:
+    plan = EndurancePlan(duration_s=3600, stop=stop, kinds=("process_pause", "process_kill"))
+    h = History(tmp_path / "history.jsonl", flush_interval=0)
+    judge = Judge(h.path, tmp_path, plan, RunContext("t"), lambda m: None,
+                  live_from_index=live_from_index)
+    return judge, h
+
+
+def requests(h: History, n: int, kind: str, start: int = 0) -> None:
+    for i in range(start, start + n):
+        h.append("invoke", i, "completions", {"seq": i})
+        h.append(kind, i, "completions", {"seq": i}, None if kind == "ok" else "boom")
+
+
+def test_the_stop_condition_needs_the_limit_crossed_for_the_whole_grace(tmp_path, monkeypatch):
+    clock = iter(range(0, 10**15, 10**9))  # one second per op
+    monkeypatch.setattr("ordeal.history.time.monotonic_ns", lambda: next(clock))
+    judge, h = judge_on(tmp_path, StopCondition(max_error_rate=0.5, window_s=20, grace_s=30))
+    requests(h, 15, "ok")
+    requests(h, 12, "fail", 100)  # 24 s of failures: crossed, but not for 30 s
+    h.flush()
+    judge.read_new()
+    assert not judge.should_stop()
+    requests(h, 8, "ok", 200)  # recovers: the breach clock restarts
+    requests(h, 12, "fail", 300)
+    h.flush()
+    judge.read_new()
+    assert not judge.should_stop()
+    requests(h, 10, "fail", 400)  # now 44 s above the limit
+    h.flush()
+    judge.read_new()
+    assert judge.should_stop() and "stop condition" in judge.stop_reason
+
+
+def test_ops_of_an_earlier_segment_do_not_trip_the_stop_condition(tmp_path):
+    judge, h = judge_on(tmp_path, StopCondition(max_error_rate=0.5, window_s=600, grace_s=0),
+                        live_from_index=10**6)
+    requests(h, 50, "fail")
+    h.flush()
+    judge.read_new()
+    assert not judge.should_stop() and judge.counts["fail"] == 50
+
+
+def test_the_judge_tracks_windows_kinds_gaps_and_writes_interim(tmp_path):
+    judge, h = judge_on(tmp_path, StopCondition())
+    requests(h, 5, "ok")
+    h.append("info", NEMESIS, "inject", {"kind": "process_pause", "target": "replica-0",
+                                         "phase": "begin"})
+    h.append("info", NEMESIS, "inject", {"kind": "process_pause", "target": "replica-0",
+                                         "phase": "end"})
+    h.flush()
+    judge.read_new()
+    assert "process_pause on replica-0" in judge.progress_line()
+    h.append("info", NEMESIS, "heal", {"kind": "process_pause", "target": "replica-0",
+                                       "phase": "begin"})
+    h.append("info", NEMESIS, "heal", {"kind": "process_pause", "target": "replica-0",
+                                       "phase": "end"})
+    h.append("info", MONITOR, "gap", {"from": "a", "to": "b", "down_s": 3.0})
+    h.close()
+    judge.read_new()
+    assert "fault: none" in judge.progress_line()
+    assert judge.exercised == {"process_pause": 1}
+    [w] = judge.fault_windows()
+    assert w["injected"] and w["healed"] and w["error"] is None
+    assert judge.gaps == [{"from": "a", "to": "b", "down_s": 3.0}]
+    judge.write_interim()
+    interim = json.loads((tmp_path / "interim.json").read_text())
+    assert interim["ops"]["ok"] == 5 and interim["kinds_exercised"] == {"process_pause": 1}
+    assert {i["name"] for i in interim["invariants"]} >= {"no_silent_loss", "stream_wellformed"}
+    section = judge.section(EnduranceState(judge.plan, []))
+    assert section["kinds_missing"] == ["process_kill"] and section["gaps"]
