@@ -9,6 +9,10 @@ is steady state. A request belongs to the phase in which it was *invoked*
 flight: then it met that fault, and belongs to its window (a request cut by
 a kill must not count as a steady-state error). Memory: the requests in
 flight plus one small record per fault window.
+
+A ``gap`` (a dead harness, resumed) ends the windows open at it, and the
+requests it closed as ``info`` (value ``gap``: their outcome is unknown
+because the harness died, not because the cluster failed) are not judged.
 """
 
 from __future__ import annotations
@@ -71,6 +75,16 @@ class Timeline:
             self._last_healed = w
         return None
 
+    def on_gap(self, op: Op) -> None:
+        """The harness died and a new one resumed (``History.record_gap``):
+        the new one healed every fault at its start, so the windows still
+        open end here, and the gap itself is no recovery window."""
+        for w in self._open.values():
+            w.end_ns = op.time_ns
+            w.heal_value = {"healed_by": "the resumed harness (gap)"}
+        self._open.clear()
+        self._last_healed = None
+
     def phase_at(self, t_ns: int) -> tuple[str, str]:
         if self._open:
             return "fault", next(reversed(self._open.values())).label
@@ -97,12 +111,14 @@ class RequestPairer:
                 for proc, (inv, _, _) in self._open.items():
                     self._open[proc] = (inv, "fault", opened.label)
         elif op.process == MONITOR:
+            if op.f == "gap":
+                self.timeline.on_gap(op)
             return None
         elif op.type == "invoke":
             self._open[op.process] = (op, *self.timeline.phase_at(op.time_ns))
         else:
             entry = self._open.pop(op.process, None)
-            if entry is not None:
+            if entry is not None and not op.value.get("gap"):
                 return Request(entry[0], op, entry[1], entry[2])
         return None
 

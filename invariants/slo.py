@@ -258,6 +258,10 @@ class Recovery(StreamingChecker):
                 out[w.label] = {"recovered": False, "why": "never healed"}
                 valid = False
                 continue
+            if w.heal_value.get("healed_by"):  # requests.Timeline.on_gap
+                out[w.label] = {"recovered": None, "why": "the harness died in this window; "
+                                "a resumed harness healed it"}
+                continue
             if not self.seen.get(w.label):
                 out[w.label] = {"recovered": None, "why": "no request after the heal"}
                 if valid is True:

@@ -154,3 +154,30 @@ def test_the_judge_tracks_windows_kinds_gaps_and_writes_interim(tmp_path):
     assert {i["name"] for i in interim["invariants"]} >= {"no_silent_loss", "stream_wellformed"}
     section = judge.section(EnduranceState(judge.plan, []))
     assert section["kinds_missing"] == ["process_kill"] and section["gaps"]
+
+
+def test_a_gap_ends_open_windows_and_its_cut_requests_are_not_judged(tmp_path):
+    """After a resume, requests the dead harness left in flight end as info
+    with ``gap``: the harness died, not the cluster. They must not count
+    against availability or error rate, and a fault window open at the
+    death ends at the gap instead of staying open for ever."""
+    from invariants.requests import RequestPairer, Timeline
+
+    h = History(tmp_path / "h.jsonl", flush_interval=0)
+    h.append("invoke", 0, "completions", {"seq": 0})
+    h.append("info", NEMESIS, "inject", {"kind": "process_pause", "target": "replica-0",
+                                         "phase": "begin"})
+    h.append("invoke", 1, "completions", {"seq": 1})
+    h.append("ok", 1, "completions", {"seq": 1})
+    h.append("info", MONITOR, "gap", {"from": "a", "to": "b"})
+    h.append("info", 0, "completions", {"seq": 0, "gap": True}, "harness died")
+    h.append("invoke", 2, "completions", {"seq": 2})
+    h.append("ok", 2, "completions", {"seq": 2})
+    h.close()
+    from ordeal.history import read_history
+    timeline = Timeline(after_s=30)
+    pairer = RequestPairer(timeline)
+    got = [r for r in (pairer.feed(op) for op in read_history(tmp_path / "h.jsonl")) if r]
+    assert [(r.invoke.process, r.phase) for r in got] == [(1, "fault"), (2, "steady")]
+    [w] = timeline.windows
+    assert w.end_ns is not None and w.heal_value["healed_by"]
