@@ -6,32 +6,81 @@ the server said so) or ``info`` (unknown: a timeout or a lost connection; the
 request may have run). Faults are recorded in the same history under the
 process ``"nemesis"`` so that every checker sees the fault windows.
 
-The history is written as JSON Lines while the run goes, so a crashed run
-still leaves everything up to its last flush on disk.
+The file (format 2) is JSON Lines, so ``grep`` and ``jq`` still work, and is
+an append-only store of verified chunks, fit for runs of days::
+
+    {"chunk":-1,"ordeal_history":2,"chunk_max_ops":4096,"chunk_max_bytes":4194304,...}
+    {"index":0,"time_ns":...,"wall":"...","type":"invoke","process":3,"f":"completions",...}
+    ... one op per line ...
+    {"chunk":0,"first":0,"ops":153,"bytes":40211,"crc32c":"1a2b3c4d"}
+    {"index":153,...}
+    ...
+    {"chunk":1,"first":153,"ops":97,"bytes":25510,"crc32c":"0e4f5a6b"}
+
+Line 1 is the header (it has the key ``ordeal_history``). A line with the
+key ``chunk`` and no ``index`` is a store record, never an op: the header
+(chunk -1) or a chunk's trailer. A trailer seals the op lines since the
+previous one: their count, the index of the first, their bytes and their
+CRC-32C (Castagnoli, as 8 hex digits). Chunks are numbered 0, 1, 2, ...
+
+Each op is written to the OS as it is appended (a SIGKILLed harness loses
+nothing it appended; only a machine crash can lose bytes not yet fsynced).
+A chunk is sealed, and the file fsynced, every ``flush_interval`` seconds
+(also when nothing is appended: a background thread does it), every
+``chunk_max_ops`` ops or ``chunk_max_bytes`` bytes, and on flush()/close().
+Ops after the last trailer are the unsealed tail: what a crashed writer
+left. ``History.resume`` seals it and continues the same file, and
+``record_gap`` then closes the requests the dead harness left in flight.
+
+``read_history`` verifies each chunk before it yields any of its ops; a
+chunk that fails (CRC, counts, a damaged trailer, a number out of sequence)
+is rejected whole and reported, and the other chunks are still read.
+
+A file without the header is the plain JSON Lines written before format 2:
+it is read line by line as it always was, without verification.
 """
 
 from __future__ import annotations
 
+import atexit
+import fcntl
+import itertools
 import json
 import os
 import threading
 import time
+import weakref
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator, Literal
+from typing import Any, Callable, Iterable, Iterator, Literal
+
+import crc32c
 
 OpType = Literal["invoke", "ok", "fail", "info"]
 OP_TYPES: tuple[str, ...] = ("invoke", "ok", "fail", "info")
 NEMESIS = "nemesis"  # fault actions
-MONITOR = "monitor"  # samples of the nodes' health and metrics
+MONITOR = "monitor"  # samples of the nodes' health and metrics; a resume's gap
 HARNESS = frozenset({NEMESIS, MONITOR})  # processes that are not clients
+
+FORMAT_VERSION = 2
+HEADER_KEY = "ordeal_history"
+DEFAULT_CHUNK_OPS = 4096
+DEFAULT_CHUNK_BYTES = 4 << 20
+GAP_ERROR = "harness died; outcome unknown"
 
 
 def utc_iso(ts: float | None = None) -> str:
     """ISO 8601 UTC with milliseconds, the one wall-clock format of every record."""
     moment = datetime.fromtimestamp(time.time() if ts is None else ts, tz=timezone.utc)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _parse_iso(wall: str | None) -> float | None:
+    try:
+        return datetime.fromisoformat(str(wall).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -68,25 +117,162 @@ class HistoryError(ValueError):
     """A history file that cannot be trusted; the message says where and why."""
 
 
+def _dumps(d: dict[str, Any]) -> bytes:
+    return (json.dumps(d, separators=(",", ":")) + "\n").encode()
+
+
+# -- the writer ---------------------------------------------------------------
+
+
+class _Sealer:
+    """One daemon thread for every open History: seals a chunk that has
+    waited ``flush_interval`` while nothing was appended, and does the
+    fsyncs, so an appender (the workload's event loop) never waits on the
+    disk. Holds the histories weakly: an unclosed, dropped History goes."""
+
+    TICK_S = 0.1
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:  # also in a forked child: the parent's files are not its own
+        self._histories: weakref.WeakSet[History] = weakref.WeakSet()
+        self._wake = threading.Event()
+        self._guard = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, h: "History") -> None:
+        with self._guard:
+            self._histories.add(h)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="ordeal-history-sealer",
+                                                daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def discard(self, h: "History") -> None:
+        with self._guard:
+            self._histories.discard(h)
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            with self._guard:
+                idle = not self._histories
+            self._wake.wait(None if idle else self.TICK_S)
+            self._wake.clear()
+            self._tick_all()
+
+    def _tick_all(self) -> None:  # its own frame: no History is held between ticks
+        with self._guard:
+            histories = list(self._histories)
+        for h in histories:
+            try:
+                h._tick()
+            except Exception:  # noqa: BLE001 - flush()/close() raise it to the owner
+                pass
+
+    def flush_all(self) -> None:
+        """At exit: seal what an owner forgot to close (a crash skips this,
+        and the reader copes: the unsealed tail)."""
+        with self._guard:
+            histories = list(self._histories)
+        for h in histories:
+            try:
+                h.flush()
+            except Exception:  # noqa: BLE001 - exiting; the tail stays readable unsealed
+                pass
+
+
+_SEALER = _Sealer()
+atexit.register(_SEALER.flush_all)
+os.register_at_fork(after_in_child=_SEALER._reset)
+
+
+@dataclass
+class Resumed:
+    """What ``History.resume`` found in the file it continues."""
+
+    ops: int = 0  # ops read back (verified chunks and the tail it sealed)
+    last_index: int | None = None
+    last_time_ns: int | None = None
+    last_wall: str | None = None
+    # Client invokes with no completion yet, in index order: what was in
+    # flight when the harness died. ``record_gap`` completes them.
+    open_invokes: list[Op] = field(default_factory=list)
+    sealed_tail_ops: int = 0  # unsealed ops (the crash's tail) this resume sealed
+    dropped_lines: int = 0  # torn or garbled lines removed from that tail
+    rejected_chunks: int = 0  # chunks that failed verification (their ops are not used)
+    chunks: int = 0  # sealed chunks in the file after the resume
+    time_offset_ns: int = 0  # added to time.monotonic_ns() so time_ns never goes back
+    problems: list[str] = field(default_factory=list)  # every damage found, as reported
+
+
 class History:
     """Append-only recorder. Thread-safe: the workload and the nemesis share it.
 
-    Writes go to ``path`` as JSON Lines and are flushed at most every
-    ``flush_interval`` seconds (and on close), so the file trails the run by
-    a bounded amount. Nothing is kept in memory but counters.
+    Each op goes to the OS when appended; chunks are sealed (trailer line,
+    CRC-32C) and fsynced every ``flush_interval`` seconds, every
+    ``chunk_max_ops`` ops or ``chunk_max_bytes`` bytes, and on flush() and
+    close(). Nothing is kept in memory but counters and the running CRC.
+
+    ``History(path)`` starts a new file (an existing non-empty one is
+    refused: ``History.resume`` continues it). The file is locked
+    (``flock``) while open, so two writers can never share it; the lock goes
+    with the process, so a SIGKILLed harness leaves none behind.
     """
 
-    def __init__(self, path: str | os.PathLike[str], flush_interval: float = 0.5):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
-        self._lock = threading.Lock()
-        self._next_index = 0
-        self._last_flush = time.monotonic()
+    resumed: Resumed | None = None
+
+    def __init__(self, path: str | os.PathLike[str], flush_interval: float = 0.5,
+                 chunk_max_ops: int = DEFAULT_CHUNK_OPS,
+                 chunk_max_bytes: int = DEFAULT_CHUNK_BYTES):
+        if chunk_max_ops < 1 or chunk_max_bytes < 1:
+            raise ValueError("chunk_max_ops and chunk_max_bytes must be at least 1")
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        f = _open_locked(p)
+        try:
+            if os.fstat(f.fileno()).st_size:
+                raise HistoryError(f"{p} already holds a history; History.resume({str(p)!r}) "
+                                   "continues it, or give a new path")
+            header = _dumps({"chunk": -1, HEADER_KEY: FORMAT_VERSION,
+                             "chunk_max_ops": chunk_max_ops, "chunk_max_bytes": chunk_max_bytes,
+                             "created": utc_iso()})
+            _write_all(f, header)
+        except BaseException:
+            f.close()
+            raise
+        self._setup(p, f, flush_interval, chunk_max_ops, chunk_max_bytes,
+                    next_index=0, next_chunk=0, size=len(header))
+        _SEALER.add(self)
+
+    def _setup(self, path: Path, f: Any, flush_interval: float, chunk_max_ops: int,
+               chunk_max_bytes: int, next_index: int, next_chunk: int, size: int) -> None:
+        self.path = path
+        self._file: Any = f  # a raw (unbuffered) binary file: one write per op
+        self._lock = threading.Lock()  # the appenders
+        self._sync_lock = threading.Lock()  # fsync and close of the file
         self._flush_interval = flush_interval
+        self._max_ops = chunk_max_ops
+        self._max_bytes = chunk_max_bytes
+        self._next_index = next_index
+        self._next_chunk = next_chunk
+        self._size = size  # bytes in the file: an append that fails is cut back to it
+        self._time_offset_ns = 0
+        # The open chunk: counts and the running CRC only, never its ops.
+        self._chunk_ops = 0
+        self._chunk_bytes = 0
+        self._chunk_crc = 0
+        self._chunk_first = 0
+        self._chunk_started = 0.0
+        self._unsynced = True  # the header (or a resume's repair) is not fsynced yet
         self.counts: dict[str, int] = {t: 0 for t in OP_TYPES}
         self.nemesis_counts: dict[str, int] = {t: 0 for t in OP_TYPES}
 
+    # -- writing ----------------------------------------------------------------
     def append(
         self,
         type: OpType,
@@ -95,12 +281,13 @@ class History:
         value: dict[str, Any] | None = None,
         error: str | None = None,
     ) -> Op:
+        sealed = False
         with self._lock:
             if self._file is None:
                 raise RuntimeError(f"history {self.path} is closed; no op can be added")
             op = Op(
                 index=self._next_index,
-                time_ns=time.monotonic_ns(),
+                time_ns=time.monotonic_ns() + self._time_offset_ns,
                 wall=utc_iso(),
                 type=type,
                 process=process,
@@ -108,37 +295,294 @@ class History:
                 value=value or {},
                 error=error,
             )
+            line = (op.to_json() + "\n").encode()
+            self._write(line)
             self._next_index += 1
-            self._file.write(op.to_json() + "\n")
+            if self._chunk_ops == 0:
+                self._chunk_first = op.index
+                self._chunk_started = time.monotonic()
+            self._chunk_ops += 1
+            self._chunk_bytes += len(line)
+            self._chunk_crc = crc32c.crc32c(line, self._chunk_crc)
             if process == NEMESIS:
                 self.nemesis_counts[type] += 1
             elif process != MONITOR:
                 self.counts[type] += 1
-            now = time.monotonic()
-            if now - self._last_flush >= self._flush_interval:
-                self._file.flush()
-                self._last_flush = now
-            return op
+            if (self._chunk_ops >= self._max_ops or self._chunk_bytes >= self._max_bytes
+                    or time.monotonic() - self._chunk_started >= self._flush_interval):
+                sealed = self._seal_locked()
+        if sealed:
+            _SEALER.poke()  # the fsync, off this thread
+        return op
+
+    def _write(self, data: bytes) -> None:
+        try:
+            _write_all(self._file, data)
+        except BaseException:
+            try:  # no half line left for the next op to glue onto
+                os.ftruncate(self._file.fileno(), self._size)
+            except OSError:
+                pass
+            raise
+        self._size += len(data)
+
+    def _seal_locked(self) -> bool:
+        if self._chunk_ops == 0:
+            return False
+        self._write(_dumps({"chunk": self._next_chunk, "first": self._chunk_first,
+                            "ops": self._chunk_ops, "bytes": self._chunk_bytes,
+                            "crc32c": f"{self._chunk_crc:08x}"}))
+        self._next_chunk += 1
+        self._chunk_ops = self._chunk_bytes = self._chunk_crc = 0
+        self._unsynced = True
+        return True
+
+    def _fsync(self, f: Any) -> None:
+        with self._sync_lock:
+            if not f.closed:
+                os.fsync(f.fileno())
+
+    def _tick(self) -> None:
+        """The sealer thread: seal an idle chunk that is due, then fsync."""
+        with self._lock:
+            f = self._file
+            if f is None:
+                return
+            if self._chunk_ops and time.monotonic() - self._chunk_started >= self._flush_interval:
+                self._seal_locked()
+            if not self._unsynced:
+                return
+            self._unsynced = False
+        self._fsync(f)
 
     def flush(self) -> None:
+        """Seal the open chunk and fsync: everything appended so far is
+        verified and on disk when this returns."""
         with self._lock:
-            if self._file is not None:
-                self._file.flush()
-                os.fsync(self._file.fileno())
+            f = self._file
+            if f is None:
+                return
+            self._seal_locked()
+            self._unsynced = False
+        self._fsync(f)
 
     def close(self) -> None:
         with self._lock:
-            if self._file is not None:
-                self._file.flush()
-                os.fsync(self._file.fileno())
-                self._file.close()
+            f = self._file
+            if f is None:
+                return
+            try:
+                self._seal_locked()
+            finally:
                 self._file = None
+        _SEALER.discard(self)
+        with self._sync_lock:
+            try:
+                os.fsync(f.fileno())
+            finally:
+                f.close()  # and the lock with it
 
     def __enter__(self) -> "History":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- resuming ---------------------------------------------------------------
+    @classmethod
+    def resume(cls, path: str | os.PathLike[str], flush_interval: float = 0.5,
+               on_error: Callable[[str], None] | None = None) -> "History":
+        """Continue the history at ``path`` after its harness died.
+
+        Reads and verifies the file once (streaming; every damage goes to
+        ``on_error`` and to ``resumed.problems``, never raises for it),
+        removes a torn final line and any garbled line of the unsealed tail,
+        seals that tail with a trailer, and continues: the next op's index
+        is one past the highest in the file, the next chunk's number one past
+        the last. ``counts`` and ``nemesis_counts`` start from the file's ops,
+        so a summary covers both halves. ``resumed`` (a Resumed) says what
+        was found, with the invokes still in flight; call ``record_gap``
+        next. A missing or empty file starts a new history. Refused
+        (HistoryError) while another writer holds the file, and for a
+        plain-JSONL file of before format 2.
+        """
+        p = Path(path)
+        if not p.exists() or p.stat().st_size == 0:
+            h = cls(p, flush_interval)
+            h.resumed = Resumed()
+            return h
+        f = _open_locked(p)
+        try:
+            h, resumed = cls._repair(p, f, flush_interval, on_error)
+        except BaseException:
+            f.close()
+            raise
+        h.resumed = resumed
+        _SEALER.add(h)
+        return h
+
+    @classmethod
+    def _repair(cls, p: Path, f: Any, flush_interval: float,
+                on_error: Callable[[str], None] | None) -> tuple["History", Resumed]:
+        f.seek(0)
+        if HEADER_KEY.encode() not in f.readline():
+            raise HistoryError(f"{p} is plain JSON Lines, written before the chunked format "
+                               f"{FORMAT_VERSION}: it cannot be resumed; start a new history")
+        r = Resumed()
+
+        def report(msg: str) -> None:
+            r.problems.append(msg)
+            if on_error is not None:
+                on_error(msg)
+
+        counts = {t: 0 for t in OP_TYPES}
+        nemesis_counts = {t: 0 for t in OP_TYPES}
+        open_invokes: dict[Any, Op] = {}  # bounded by what was in flight
+        max_index = -1
+        last: Op | None = None
+        reader = _Reader(p, report, on_note=lambda _msg: None)
+        for op in reader.ops():
+            r.ops += 1
+            last = op
+            max_index = max(max_index, op.index)
+            if op.process == NEMESIS:
+                nemesis_counts[op.type] += 1
+            elif op.process == MONITOR:
+                pass
+            else:
+                counts[op.type] += 1
+                if op.type == "invoke":
+                    open_invokes[op.process] = op
+                else:
+                    open_invokes.pop(op.process, None)
+        if reader.header is None:
+            raise HistoryError(f"{p}: its first line is not a history header: it cannot be "
+                               "resumed; start a new history")
+        r.rejected_chunks = reader.rejected
+        max_ops = _positive(reader.header.get("chunk_max_ops"), DEFAULT_CHUNK_OPS)
+        max_bytes = _positive(reader.header.get("chunk_max_bytes"), DEFAULT_CHUNK_BYTES)
+
+        # The unsealed tail: at most one chunk's lines, after the last trailer.
+        start = reader.tail_offset
+        region = b""
+        while len(region) < reader.end_offset - start:
+            more = os.pread(f.fileno(), reader.end_offset - start - len(region),
+                            start + len(region))
+            if not more:
+                break
+            region += more
+        lines = [line + b"\n" for line in region.split(b"\n")]
+        lines[-1] = lines[-1][:-1]  # what follows the last newline: b"" or a torn line
+        good: list[bytes] = []
+        bad_from: int | None = None  # offset (in region) of the first bad line
+        bad_between = False
+        pos = 0
+        first_index: int | None = None
+        for raw in filter(None, lines):
+            op = _try_op(raw, reader.loads)
+            if op is None:
+                if raw.strip():
+                    r.dropped_lines += 1
+                    if bad_from is None:
+                        bad_from = pos
+                elif bad_from is None:
+                    bad_from = pos  # a blank line: dropped silently if nothing follows
+            else:
+                if bad_from is not None:
+                    bad_between = True
+                if first_index is None:
+                    first_index = op.index
+                good.append(raw if raw.endswith(b"\n") else raw + b"\n")
+            pos += len(raw)
+        if bad_between:  # rare (a garbled line, not a crash): rewrite the tail clean
+            os.ftruncate(f.fileno(), start)
+            _write_all(f, b"".join(good))  # O_APPEND: at the new end
+        else:  # the crash's case: cut what follows the last good line
+            keep = start + (bad_from if bad_from is not None else len(region))
+            if keep < reader.end_offset:
+                os.ftruncate(f.fileno(), keep)
+            if good and not region[:keep - start].endswith(b"\n"):
+                _write_all(f, b"\n")  # a last op complete but for its newline
+        if r.dropped_lines:
+            report(f"{p}: resume removed {r.dropped_lines} torn or garbled line(s) from the "
+                   f"unsealed tail (from byte {start}); the ops around them are kept")
+        size = f.seek(0, os.SEEK_END)
+        h = cls.__new__(cls)
+        h._setup(p, f, flush_interval, max_ops, max_bytes,
+                 next_index=max(max_index, reader.max_claimed_index) + 1,
+                 next_chunk=reader.last_chunk + 1, size=size)
+        if good:  # seal the tail as the writer would have
+            data = b"".join(good)
+            h._chunk_ops, h._chunk_bytes = len(good), len(data)
+            h._chunk_crc, h._chunk_first = crc32c.crc32c(data), int(first_index or 0)
+            h._seal_locked()
+            r.sealed_tail_ops = len(good)
+        os.fsync(f.fileno())
+        h._unsynced = False
+        h.counts, h.nemesis_counts = counts, nemesis_counts
+        r.chunks = h._next_chunk
+        r.open_invokes = sorted(open_invokes.values(), key=lambda o: o.index)
+        if last is not None:
+            r.last_index, r.last_time_ns, r.last_wall = last.index, last.time_ns, last.wall
+            now_ns = time.monotonic_ns()
+            if now_ns <= last.time_ns:  # the machine rebooted: monotonic time restarted
+                then = _parse_iso(last.wall)
+                down_ns = max(1, int((time.time() - then) * 1e9)) if then is not None else 1
+                r.time_offset_ns = h._time_offset_ns = last.time_ns + down_ns - now_ns
+        return h, r
+
+    def record_gap(self, reason: str = "harness died",
+                   open_invokes: Iterable[Op] | None = None) -> Op:
+        """After ``resume``: record the hole the dead harness left, so that
+        no request is lost or counted twice. Appends one ``info`` op of the
+        process ``monitor`` with ``f="gap"`` (value: from/to wall times, the
+        seconds down, the reason, how many requests were open), then one
+        ``info`` completion (error GAP_ERROR: it may have run) for each
+        invoke that was in flight. ``open_invokes`` defaults to
+        ``resumed.open_invokes``, which is then emptied (a second call
+        completes nothing twice). Returns the gap op."""
+        r = self.resumed or Resumed()
+        opens = list(r.open_invokes if open_invokes is None else open_invokes)
+        now = utc_iso()
+        then = _parse_iso(r.last_wall)
+        down = _parse_iso(now)
+        gap = self.append("info", MONITOR, "gap", {
+            "from": r.last_wall, "to": now,
+            "down_s": round(down - then, 3) if then is not None and down is not None else None,
+            "reason": reason, "open_invokes": len(opens), "ops_before": r.ops,
+            "last_index_before": r.last_index, "time_offset_ns": r.time_offset_ns})
+        for inv in opens:
+            value = {k: inv.value[k] for k in ("seq", "request_id") if k in inv.value}
+            self.append("info", inv.process, inv.f,
+                        {**value, "invoke_index": inv.index, "gap": True}, GAP_ERROR)
+        if open_invokes is None:
+            r.open_invokes = []
+        return gap
+
+
+def _open_locked(p: Path) -> Any:
+    f = open(p, "a+b", buffering=0)
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise HistoryError(f"{p} is open for writing by another History (is its harness still "
+                           "running?); a history has one writer at a time") from None
+    return f
+
+
+def _write_all(f: Any, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = f.write(view)
+        view = view[n:]
+
+
+def _positive(v: Any, default: int) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else default
+
+
+# -- the reader ---------------------------------------------------------------
 
 
 def _loads() -> Callable[[str | bytes], Any]:
@@ -151,41 +595,264 @@ def _loads() -> Callable[[str | bytes], Any]:
 
 
 REQUIRED = ("index", "time_ns", "wall", "type", "process", "f")
+_TRAILER_FIELDS = ("first", "ops", "bytes")
+
+
+def _parse_op(raw: bytes, loads: Callable[[bytes], Any]) -> Op:
+    d = loads(raw)
+    if not isinstance(d, dict):
+        raise ValueError("not a JSON object")
+    missing = [k for k in REQUIRED if k not in d]
+    if missing:
+        raise ValueError(f"missing {missing}: written by an older or other format?")
+    return Op.from_dict(d)
+
+
+def _try_op(raw: bytes, loads: Callable[[bytes], Any]) -> Op | None:
+    try:
+        return _parse_op(raw, loads)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+class _Reader:
+    """One streaming pass over a history; what it learns about the file's
+    shape (for ``History.resume``) is left in its attributes."""
+
+    def __init__(self, path: Path, on_error: Callable[[str], None] | None,
+                 on_note: Callable[[str], None] | None = None):
+        self.path = path
+        self.on_error = on_error
+        self.on_note = on_note if on_note is not None else on_error
+        self.loads = _loads()
+        self.header: dict[str, Any] | None = None  # None: plain JSONL (format 1)
+        self.last_chunk = -1  # the highest chunk number of a trailer seen
+        self.max_claimed_index = -1  # the highest op index a trailer vouched for
+        self.rejected = 0
+        self.tail_offset = 0  # where the unsealed tail begins (after the last trailer)
+        self.end_offset = 0
+
+    def _damage(self, msg: str, suffix: str) -> None:
+        if self.on_error is None:
+            raise HistoryError(msg + suffix)
+        self.on_error(msg)
+
+    def _bad_line(self, raw: bytes, lineno: int, e: Exception) -> None:
+        torn = not raw.endswith(b"\n")
+        what = "torn final line (a crash mid-write)" if torn else "not a valid op"
+        msg = f"{self.path}:{lineno}: {what} ({e}): {raw[:120]!r}"
+        if self.on_error is None:
+            raise HistoryError(msg + ". Ops on other lines are intact.") from e
+        self.on_error(msg)
+
+    def ops(self) -> Iterator[Op]:
+        """The ops, verified. One generator with the loops inline: this is
+        the hot path of every checker pass."""
+        p, loads = self.path, self.loads
+        with p.open("rb") as fh:
+            first = fh.readline()
+            if not first:
+                return
+            header = self._header(first)
+            if header is None:  # format 1: line by line, as it was always read
+                lineno = 0
+                for raw in itertools.chain([first], fh):
+                    lineno += 1
+                    if not raw.strip():
+                        continue
+                    try:
+                        d = loads(raw)
+                        if not isinstance(d, dict):
+                            raise ValueError("not a JSON object")
+                        missing = [k for k in REQUIRED if k not in d]
+                        if missing:
+                            raise ValueError(f"missing {missing}: written by an older or other "
+                                             "format?")
+                        op = Op.from_dict(d)
+                    except (ValueError, KeyError, TypeError) as e:
+                        self._bad_line(raw, lineno, e)
+                        continue
+                    yield op
+                return
+
+            # Format 2: verify each chunk whole before any of its ops is used.
+            self.header = header
+            cap = _positive(header.get("chunk_max_ops"), 1 << 16)
+            offset = len(first)
+            pending: list[bytes] = []  # the raw op lines since the last trailer
+            start_line, start_off = 2, offset
+            lineno = 1
+            self.tail_offset = offset
+            for raw in fh:
+                lineno += 1
+                # Ops are written with "index" first: only other lines are looked at.
+                if not raw.startswith(b'{"index"') and raw.endswith(b"\n"):
+                    kind, got = self._classify(raw)
+                    if kind != "op":
+                        where = f"lines {start_line}-{lineno}, bytes {start_off}-{offset + len(raw)}"
+                        ok = kind == "trailer" and self._verify(got, pending, where)
+                        if kind != "trailer":
+                            n = self.last_chunk = self.last_chunk + 1
+                            self.rejected += 1
+                            self._damage(
+                                f"{p}: chunk {n} ({where}): its trailer (line {lineno}) is "
+                                f"damaged ({got}): {raw[:120]!r}; the chunk cannot be verified "
+                                f"and its {len(pending)} ops are not used; the other chunks are "
+                                "read on", ". Ops in other chunks are intact.")
+                        if ok:  # verified: every line is what the writer wrote
+                            n = start_line - 1
+                            for line in pending:
+                                n += 1
+                                try:
+                                    d = loads(line)
+                                    if not isinstance(d, dict):
+                                        raise ValueError("not a JSON object")
+                                    missing = [k for k in REQUIRED if k not in d]
+                                    if missing:
+                                        raise ValueError(f"missing {missing}")
+                                    op = Op.from_dict(d)
+                                except (ValueError, KeyError, TypeError) as e:
+                                    self._bad_line(line, n, e)
+                                    continue
+                                yield op
+                        offset += len(raw)
+                        pending = []
+                        start_line, start_off = lineno + 1, offset
+                        self.tail_offset = offset
+                        continue
+                pending.append(raw)
+                offset += len(raw)
+                if len(pending) > cap:
+                    self.rejected += 1
+                    self._damage(
+                        f"{p}: lines {start_line}-{lineno} (bytes {start_off}-{offset}): "
+                        f"{len(pending)} lines without a trailer, more than a chunk holds "
+                        f"({cap}): a trailer was lost or lines were added; they cannot be "
+                        "verified and are not used; the other chunks are read on",
+                        ". Ops in other chunks are intact.")
+                    pending = []
+                    start_line, start_off = lineno + 1, offset
+                    self.tail_offset = offset
+            self.end_offset = offset
+            if not pending:
+                return
+            # The unsealed tail: the writer died (or is still writing) before
+            # sealing it. Each whole op is used; a torn or garbled line is
+            # reported as in a plain file; a note says how many went unverified.
+            n_ops = 0
+            n = start_line - 1
+            for line in pending:
+                n += 1
+                if not line.strip():
+                    continue
+                try:
+                    op = _parse_op(line, loads)
+                except (ValueError, KeyError, TypeError) as e:
+                    self._bad_line(line, n, e)
+                    continue
+                n_ops += 1
+                yield op
+            if n_ops and self.on_note is not None:
+                self.on_note(f"{p}: lines {start_line}-{n}: {n_ops} ops after the last sealed "
+                             f"chunk (chunk {self.last_chunk}) are unverified: the writer did "
+                             "not seal them (it crashed, or is still writing); they are used as "
+                             "read")
+
+    def _header(self, first: bytes) -> dict[str, Any] | None:
+        if HEADER_KEY.encode() not in first:
+            return None
+        try:
+            d = self.loads(first)
+        except ValueError as e:
+            self._damage(f"{self.path}:1: the header is damaged ({e}): {first[:120]!r}; "
+                         "chunks are verified all the same", ".")
+            return {}
+        if not isinstance(d, dict) or HEADER_KEY not in d or "index" in d:
+            return None  # an op that mentions the key: a plain file
+        if d.get(HEADER_KEY) != FORMAT_VERSION:
+            self._damage(f"{self.path}:1: history format {d.get(HEADER_KEY)!r}, this Ordeal "
+                         f"reads {FORMAT_VERSION}; reading it as {FORMAT_VERSION}", ".")
+        return d
+
+    def _classify(self, raw: bytes) -> tuple[str, Any]:
+        """("trailer", dict), ("damaged", reason) or ("op", None) for a line
+        that does not start as an op does."""
+        try:
+            d = self.loads(raw)
+        except ValueError as e:
+            if (b'"crc32c"' in raw or b'"chunk"' in raw) and b'"time_ns"' not in raw:
+                return "damaged", f"not valid JSON: {e}"
+            return "op", None  # a garbled op line: its chunk's check names it
+        if not isinstance(d, dict) or "index" in d:
+            return "op", None  # not a trailer
+        if "chunk" in d or "crc32c" in d:
+            if isinstance(d.get("chunk"), int) and not isinstance(d.get("chunk"), bool):
+                return "trailer", d
+            return "damaged", f"its chunk number is {d.get('chunk')!r}"
+        return "op", None
+
+    def _verify(self, t: dict[str, Any], pending: list[bytes], where: str) -> bool:
+        """Check a chunk against its trailer; report and return False if it
+        fails (the whole chunk is then not used)."""
+        n = t["chunk"]
+        expected = self.last_chunk + 1
+        self.last_chunk = max(self.last_chunk, n)
+        fields_ok = all(isinstance(t.get(k), int) and not isinstance(t.get(k), bool)
+                        for k in _TRAILER_FIELDS) and isinstance(t.get("crc32c"), str)
+        if fields_ok:
+            first, ops = t["first"], t["ops"]
+            self.max_claimed_index = max(self.max_claimed_index, first + ops - 1)
+            where += f", ops {first}-{first + ops - 1}"
+        reason = None
+        if n != expected:
+            reason = (f"out of sequence: chunk {n} where chunk {expected} was due "
+                      "(a chunk repeated, reordered, or lost)")
+        elif not fields_ok:
+            reason = (f"its trailer is damaged: {t!r:.160} lacks a count in "
+                      f"{list(_TRAILER_FIELDS)} or the crc32c")
+        elif len(pending) != t["ops"]:
+            reason = (f"it holds {len(pending)} lines where its trailer says {t['ops']} ops: "
+                      "lines were added or removed")
+        else:
+            data = b"".join(pending)
+            computed = crc32c.crc32c(data)
+            if len(data) != t["bytes"]:
+                reason = (f"it holds {len(data)} bytes where its trailer says {t['bytes']}: "
+                          "the chunk was altered after it was written")
+            elif f"{computed:08x}" != t["crc32c"].lower():
+                reason = (f"CRC-32C mismatch (stored {t['crc32c']}, computed {computed:08x}): "
+                          "the chunk was altered after it was written")
+            elif pending:
+                op0 = _try_op(pending[0], self.loads)
+                if op0 is not None and op0.index != t["first"]:
+                    reason = (f"its first op is index {op0.index} where its trailer says "
+                              f"{t['first']}")
+        if reason is None:
+            return True
+        self.rejected += 1
+        self._damage(f"{self.path}: chunk {n} ({where}): {reason}; its {len(pending)} ops are "
+                     "not used; the other chunks are read on", ". Ops in other chunks are intact.")
+        return False
 
 
 def read_history(
     path: str | os.PathLike[str], on_error: Callable[[str], None] | None = None
 ) -> Iterator[Op]:
-    """Stream ops from a JSONL history, one line at a time (bounded memory).
+    """Stream ops from a history, verifying each chunk (memory: one chunk).
 
-    A line that is not a valid op (corrupt, torn by a crash, or written in
-    an older format) is never silently dropped: with ``on_error`` it is
-    reported there, naming the file, line and reason, and reading goes on
-    so the rest of the history is still checked; without ``on_error`` it
-    raises HistoryError.
+    Nothing is silently dropped. Damage is reported with ``on_error``,
+    naming the file, the chunk or line, and the reason, and reading goes on
+    so the rest is still checked; without ``on_error`` it raises
+    HistoryError. A chunk that fails verification (CRC-32C, byte or op
+    count, first index, a damaged trailer, or a chunk number that is not
+    the previous + 1: a repeated or reordered chunk) is rejected whole: none
+    of its ops is yielded.
+
+    The unsealed tail (ops after the last trailer: the writer crashed, or is
+    still writing) is yielded op by op as read, since each line is a whole
+    op the writer wrote; a torn or garbled line there is reported as in a
+    plain file, and a note (through ``on_error`` only, never raised) says
+    how many ops went unverified. A plain JSONL file (no header, format 1)
+    is read line by line exactly as before, with no note.
     """
-    p = Path(path)
-    loads = _loads()
-    with p.open("rb") as fh:
-        lineno = 0
-        for raw in fh:
-            lineno += 1
-            if not raw.strip():
-                continue
-            try:
-                d = loads(raw)
-                if not isinstance(d, dict):
-                    raise ValueError("not a JSON object")
-                missing = [k for k in REQUIRED if k not in d]
-                if missing:
-                    raise ValueError(f"missing {missing}: written by an older or other format?")
-                op = Op.from_dict(d)
-            except (ValueError, KeyError, TypeError) as e:
-                torn = not raw.endswith(b"\n")
-                what = "torn final line (a crash mid-write)" if torn else "not a valid op"
-                msg = f"{p}:{lineno}: {what} ({e}): {raw[:120]!r}"
-                if on_error is None:
-                    raise HistoryError(msg + ". Ops on other lines are intact.") from e
-                on_error(msg)
-                continue
-            yield op
+    return _Reader(Path(path), on_error).ops()
