@@ -83,6 +83,9 @@ class Timeline:
             w.end_ns = op.time_ns
             w.heal_value = {"healed_by": "the resumed harness (gap)"}
         self._open.clear()
+        w = self._last_healed  # its after-heal requests were cut by the death
+        if w is not None and w.end_ns is not None and op.time_ns - w.end_ns <= self.after_ns:
+            w.heal_value = {**w.heal_value, "after_heal_cut_by_gap": True}
         self._last_healed = None
 
     def phase_at(self, t_ns: int) -> tuple[str, str]:

@@ -174,3 +174,32 @@ def test_a_run_without_faults_is_not_unknown_for_fault_checkers():
     # ... but a fault window with no request in it cannot be judged.
     h.fault(20, 30)
     assert Availability().check(h.sorted(), ctx()).valid == "unknown"
+
+
+def test_latency_histograms_are_bounded_however_many_windows_a_run_has():
+    """A 72-hour run has thousands of fault windows; per-window latency
+    histograms past the latest MAX_LATENCY_WINDOWS are merged into one
+    "earlier-windows" group, so memory does not grow with the run."""
+    from invariants.slo import _Groups
+
+    h = H()
+    n_windows = 100
+    for i in range(n_windows):
+        t = 10.0 + i * 100
+        h.req(t - 5)
+        h.fault(t, t + 10)
+        h.req(t + 2, ttft=500.0)  # in the fault window
+        h.req(t + 20)  # after the heal
+    c = LatencySLO()
+    r = c.check(h.sorted(), RunContext("t"))
+    keep = _Groups.MAX_LATENCY_WINDOWS
+    with_hist = [k for k, g in c.groups.groups.items() if g["hist"]]
+    assert len(with_hist) <= keep + 3, len(with_hist)  # + steady + the two aggregates
+    earlier = r.details["windows"]["earlier-windows"]
+    # Every fault-window request's TTFT is still somewhere: the aggregate
+    # holds the folded ones, the kept windows the rest.
+    fault_ttft = sum(w["ttft_ms"]["count"] for k, w in r.details["windows"].items()
+                     if w["phase"] == "fault" and "ttft_ms" in w)
+    assert fault_ttft == n_windows and earlier["ttft_ms"]["count"] > 0
+    folded = [w for w in r.details["windows"].values() if w.get("latency_in")]
+    assert folded and all("ttft_ms" not in w and w["requests"] for w in folded)
