@@ -128,17 +128,28 @@ class LinkFault(Fault):
 
 def remove_toxics(client: ProxyClient, link: str, names: list[str]) -> dict[str, Any]:
     """Remove in reverse order of adding; a 404 means already gone. A dead
-    proxy (connection refused) holds no toxic: nothing to remove."""
+    proxy (connection refused) holds no toxic: nothing to remove. What the
+    removed L7 toxics did comes back as ``toxic_counters`` (name -> responses,
+    sse_responses, events_changed): a window whose planted corruption nobody
+    saw can tell "no response started through the link" from "rewritten but
+    missed"."""
     removed, gone = 0, 0
+    counters: dict[str, Any] = {}
     for name in reversed(names):
         try:
-            if client.remove_toxic(link, name):
-                removed += 1
-            else:
-                gone += 1
+            got = client.take_toxic(link, name)
         except ProxyUnreachable as e:
             if e.refused:
                 return {"removed": removed, "already_gone": len(names) - removed,
                         "proxy": "gone"}
             raise
-    return {"removed": removed, "already_gone": gone}
+        if got is None:
+            gone += 1
+            continue
+        removed += 1
+        if isinstance(got.get("counters"), dict):
+            counters[name] = got["counters"]
+    done: dict[str, Any] = {"removed": removed, "already_gone": gone}
+    if counters:
+        done["toxic_counters"] = counters
+    return done

@@ -9,6 +9,7 @@ the same request is normal again once the toxic is removed.
 
 from __future__ import annotations
 
+import gc
 import http.client
 import json
 import os
@@ -21,16 +22,22 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from faults import Ledger
+from faults.lsn_jump import LsnJump
 from faults.proxy import ProxyClient, ProxyError, ProxyUnreachable
+from faults.proxy.connection import Connection
 from faults.proxy.http_parse import Body, End, Head, Opaque, ResponseParser
 from faults.proxy.launch import ProxyProcess
+from faults.proxy.toxics import REGISTRY
 from fixtures.ports import free_ports
 from fixtures.sse import SSEParser
+from ordeal.topology import Link
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -62,8 +69,10 @@ def sse_event(i: int) -> bytes:
 
 
 class StubHTTP(BaseHTTPRequestHandler):
-    """GET /small, /big?n=, /sse?n=&gap_ms= (chunked, one event per chunk),
-    /sse_len?n= (SSE with Content-Length); POST /echo."""
+    """GET /small, /big?n=, /sse?n=&gap_ms=&split_end= (chunked, one event per
+    chunk; split_end=1: the last chunk written alone, later, as uvicorn does),
+    /sse_len?n= (SSE with Content-Length); POST /echo, POST /sse (JSON body
+    {"n": ...}, then as GET /sse)."""
 
     protocol_version = "HTTP/1.1"
 
@@ -87,28 +96,38 @@ class StubHTTP(BaseHTTPRequestHandler):
             body = b"".join(sse_event(i) for i in range(n)) + b"data: [DONE]\n\n"
             self._send(200, body, "text/event-stream")
         elif path == "/sse":
-            gap = float(args.get("gap_ms", 0)) / 1000
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("transfer-encoding", "chunked")
-            self.end_headers()
-            try:
-                for i in range(n):
-                    ev = sse_event(i)
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(ev), ev))
-                    if gap:
-                        time.sleep(gap)
-                done = b"data: [DONE]\n\n"
-                self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
-            except OSError:
-                self.close_connection = True
+            self._sse(n, float(args.get("gap_ms", 0)) / 1000, args.get("split_end") == "1")
         else:
             self._send(404, b"no such path", "text/plain")
+
+    def _sse(self, n, gap, split_end=False):
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        try:
+            for i in range(n):
+                ev = sse_event(i)
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(ev), ev))
+                if gap:
+                    time.sleep(gap)
+            done = b"data: [DONE]\n\n"
+            if split_end:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(done), done))
+                time.sleep(0.02)
+                self.wfile.write(b"0\r\n\r\n")
+            else:
+                self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
+        except OSError:
+            self.close_connection = True
 
     def do_POST(self):
         self.server.hits += 1
         body = self.rfile.read(int(self.headers.get("content-length", 0)))
-        self._send(200, body, "application/octet-stream")
+        if self._args()[0] == "/sse":
+            self._sse(int(json.loads(body)["n"]), 0.0)
+        else:
+            self._send(200, body, "application/octet-stream")
 
     def _send(self, status, body, ctype):
         self.send_response(status)
@@ -501,7 +520,7 @@ def test_http_abort_answers_instead_of_forwarding(proxy, ctl, stubs):
     r = c.getresponse()
     assert r.status == 503 and r.read()
     assert web.hits == hits  # the upstream never saw either request
-    ctl.remove_toxic("http", "ab")
+    assert ctl.take_toxic("http", "ab")["counters"]["responses"] == 2
     assert get(proxy, "/small")[:1] == (200,)
 
 
@@ -558,6 +577,149 @@ def test_sse_sequence_toxics(proxy, ctl, toxic, attrs, expected, path):
     assert status == 200 and indexes(body) == expected
     ctl.remove_toxic("http", "t")
     assert indexes(get(proxy, path, c)[2]) == list(range(8)) + ["DONE"]
+
+
+def stream_on(c: http.client.HTTPConnection, method: str, path: str, body: bytes | None = None,
+              split: bool = False) -> tuple[int, bytes]:
+    """One request on ``c``; ``split``: the head and the body in two writes
+    50 ms apart (as a client that writes them separately may)."""
+    if split:
+        c.putrequest(method, path)
+        c.putheader("content-type", "application/json")
+        c.putheader("content-length", str(len(body or b"")))
+        c.endheaders()
+        time.sleep(0.05)
+        c.send(body or b"")
+    else:
+        c.request(method, path, body=body)
+    r = c.getresponse()
+    return r.status, r.read()
+
+
+def test_sse_toxic_bites_every_response_on_a_keep_alive_connection_opened_before_it(proxy,
+                                                                                    ctl):
+    """vllm-router keeps pooled keep-alive connections to each replica, opened
+    long before a fault window. A toxic added while such a connection is
+    idle, or mid-stream, must bite every response that starts on it
+    afterwards, whatever the framing (chunked, Content-Length, last chunk
+    alone, a non-SSE response between, a POST whose body comes late); the
+    response whose head had passed when the toxic came is left alone (by
+    design). One TCP connection throughout, counted by the proxy."""
+    plain, dup = list(range(6)) + ["DONE"], [0, 1, 2, 2, 3, 4, 5, "DONE"]
+    before = ctl.link("http")["counters"]["connections"]
+    c = http_conn(proxy)
+    assert indexes(get(proxy, "/sse?n=6", c)[2]) == plain  # used once, idle in the pool
+    sock = c.sock
+    c.request("GET", "/sse?n=12&gap_ms=20")
+    r = c.getresponse()  # its head has passed the proxy
+    ctl.add_toxic("http", "sse_duplicate", name="dup", attributes={"after_events": 2})
+    assert indexes(r.read()) == list(range(12)) + ["DONE"]
+    post = json.dumps({"n": 6}).encode()
+    for i, (method, path, body, split) in enumerate([
+            ("GET", "/sse?n=6", None, False),
+            ("GET", "/sse?n=6&gap_ms=5", None, False),
+            ("GET", "/sse_len?n=6", None, False),
+            ("GET", "/small", None, False),
+            ("GET", "/sse?n=6&split_end=1", None, False),
+            ("POST", "/sse", post, False),
+            ("POST", "/sse", post, True),
+            ("GET", "/sse?n=6", None, False)]):
+        status, got = stream_on(c, method, path, body, split)
+        want = b"hello" if path == "/small" else dup
+        assert status == 200 and (got if path == "/small" else indexes(got)) == want, \
+            (i, method, path, split, got[:200])
+    assert c.sock is sock
+    assert ctl.link("http")["counters"]["connections"] == before + 1
+    [toxic] = ctl.toxics("http")
+    assert toxic["counters"] == {"responses": 8, "sse_responses": 7, "events_changed": 7}
+    removed = ctl.take_toxic("http", "dup")
+    assert removed is not None and removed["counters"]["events_changed"] == 7
+    assert indexes(get(proxy, "/sse?n=6", c)[2]) == plain
+    assert c.sock is sock
+
+
+def test_a_new_toxic_never_inherits_a_removed_ones_choices_on_a_connection():
+    """Per-connection toxicity choices and state outlive fault windows on a
+    pooled connection; they must belong to the toxic, not to its address
+    (CPython gives a removed toxic's address to the next object of its
+    size): a toxic that was off on this connection must not switch the next
+    one off, nor lend it its byte count."""
+    conn = Connection(SimpleNamespace(name="l"), 1, 7, (None, None), (None, None))
+    drop, dup, lim = REGISTRY["sse_drop"], REGISTRY["sse_duplicate"], REGISTRY["limit_data"]
+    params = [drop.Params(), dup.Params(after_events=2), lim.Params(bytes=10)]
+    gc.disable()  # a collection in between would hand out another freed block first
+    try:
+        for _ in range(100):
+            off = drop("off", "downstream", 0.0, params[0])
+            decided = conn.enabled(off)
+            conn.state(off)["sent"] = 10
+            address = id(off)
+            del off
+            on = dup("on", "downstream", 1.0, params[1])
+            if id(on) == address:
+                break
+        else:
+            pytest.skip("this interpreter never reused a removed toxic's address")
+    finally:
+        gc.enable()
+    assert decided is False
+    assert conn.enabled(on) is True
+    assert conn.state(on) == {}
+    fresh = lim("fresh", "downstream", 1.0, params[2])
+    assert conn.state(fresh) == {}
+
+
+def test_l7_stage_finds_the_next_response_after_bytes_it_could_not_frame(proxy, ctl):
+    """Bytes the response parser cannot frame pass untouched and are counted;
+    the next exchange on the same connection is parsed (and bitten) again,
+    so one glitch does not blind the toxic for a pooled connection's life."""
+    ctl.add_toxic("echo", "sse_duplicate", name="dup", attributes={"after_events": 1})
+    lost = ctl.link("echo")["counters"]["l7_framing_lost"]
+    body = b"".join(sse_event(i) for i in range(4)) + b"data: [DONE]\n\n"
+    response = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                b"content-length: %d\r\n\r\n" % len(body)) + body
+    with echo_conn(proxy) as s:
+        bad_chunk = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n"
+        for junk in (b"not http at all\r\n\r\n", bad_chunk):
+            s.sendall(junk)  # the echo server sends it back: a "response"
+            got = b""
+            while len(got) < len(junk):
+                got += s.recv(65536)
+            assert got == junk
+            s.sendall(response)
+            parser, events, done = ResponseParser(), [], False
+            while not done:
+                piece = s.recv(65536)
+                assert piece, "the echo connection closed"
+                events += parser.feed(piece)
+                done = any(isinstance(e, End) for e in events)
+            assert not any(isinstance(e, Opaque) for e in events)
+            got = b"".join(e.data for e in events if isinstance(e, Body))
+            assert indexes(got) == [0, 1, 1, 2, 3, "DONE"], junk
+    assert ctl.link("echo")["counters"]["l7_framing_lost"] == lost + 2
+
+
+def test_lsn_jump_heal_says_what_its_toxic_did(proxy, ctl, tmp_path):
+    """The heal result of a link fault carries its L7 toxics' counters, so a
+    planted window that no client caught can be told apart: no response
+    started through the link, or responses were rewritten and missed."""
+    ep = proxy.listens["http"]
+    link = Link("http", "client", "upstream", ep, ep, proxy.control)
+    fault = LsnJump(link, "test-run", Ledger(tmp_path), mode="duplicate", after_events=2)
+    c = http_conn(proxy)
+    assert indexes(get(proxy, "/sse?n=4", c)[2]) == [0, 1, 2, 3, "DONE"]
+    fault.inject()
+    try:
+        for _ in range(3):
+            assert indexes(get(proxy, "/sse?n=4", c)[2]) == [0, 1, 2, 2, 3, "DONE"]
+        assert get(proxy, "/small", c)[2] == b"hello"
+    finally:
+        healed = fault.heal()
+    [name] = fault.toxic_names
+    assert healed["removed"] == 1
+    assert healed["toxic_counters"] == {name: {"responses": 4, "sse_responses": 3,
+                                               "events_changed": 3}}
+    assert indexes(get(proxy, "/sse?n=4", c)[2]) == [0, 1, 2, 3, "DONE"]
 
 
 def test_sse_reorder_flushes_what_it_holds_when_the_stream_ends(proxy, ctl):
@@ -625,3 +787,17 @@ def test_response_parser_passes_what_is_not_http_untouched():
     parser = ResponseParser()
     events = parser.feed(b"SSH-2.0-OpenSSH\r\n")
     assert [type(e) for e in events] == [Opaque] and events[0].raw == b"SSH-2.0-OpenSSH\r\n"
+    assert parser.lost
+    parser.resync()
+    events = parser.feed(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+    assert [type(e) for e in events] == [Head, Body, End] and parser.idle
+
+
+def test_response_parser_after_101_passes_everything_for_good():
+    parser = ResponseParser()
+    events = parser.feed(b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n\r\n"
+                         b"\x81\x02hi")
+    assert [type(e) for e in events] == [Head, Opaque] and events[1].raw == b"\x81\x02hi"
+    parser.resync()  # a new exchange does not end a protocol switch
+    events = parser.feed(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+    assert [type(e) for e in events] == [Opaque] and not parser.lost

@@ -90,13 +90,17 @@ class ProxyClient:
 
     def remove_toxic(self, link: str, name: str) -> bool:
         """True if removed; False if it was already gone (404)."""
+        return self.take_toxic(link, name) is not None
+
+    def take_toxic(self, link: str, name: str) -> dict[str, Any] | None:
+        """Remove a toxic; its description as it was removed (an L7 toxic's
+        with its final ``counters``), or None if it was already gone (404)."""
         try:
-            self._call("DELETE", f"/links/{link}/toxics/{name}")
+            return self._call("DELETE", f"/links/{link}/toxics/{name}")[1] or {}
         except ProxyError as e:
             if e.status == 404:
-                return False
+                return None
             raise
-        return True
 
     def reset(self) -> int:
         return self._call("POST", "/reset")[1]["removed"]

@@ -68,7 +68,7 @@ class Connection:
     def enabled(self, toxic: Toxic) -> bool:
         """Toxicity: decided once per connection and toxic, seeded, so a run
         with the same seed and the same connection order repeats."""
-        key = id(toxic)
+        key = toxic.uid
         if key not in self._enabled:
             if toxic.toxicity >= 1.0:
                 self._enabled[key] = True
@@ -78,14 +78,14 @@ class Connection:
         return self._enabled[key]
 
     def rng(self, toxic: Toxic) -> random.Random:
-        key = id(toxic)
+        key = toxic.uid
         if key not in self._rngs:
             self._rngs[key] = random.Random(
                 f"{self.seed}/{self.link.name}/{self.id}/{toxic.name}/rng")
         return self._rngs[key]
 
     def state(self, toxic: Toxic) -> dict[str, Any]:
-        return self._state.setdefault(id(toxic), {})
+        return self._state.setdefault(toxic.uid, {})
 
     def loop_time(self) -> float:
         return asyncio.get_running_loop().time()
@@ -158,6 +158,7 @@ class Connection:
         request, read the client's request to its end (so closing does not
         reset it), then close."""
         self.aborted_exchange = True
+        toxic.counters["responses"] += 1
         log.info("link %s conn %d: http_abort %s answers %d", self.link.name, self.id,
                  toxic.name, toxic.params.status)
         self.up_w.transport.abort()
@@ -301,6 +302,8 @@ class Pump:
                         return
             await self._pass(data, l4)
             return
+        if conn.stage is not None and starts and data and conn.stage.lost:
+            conn.stage.resync()
         if conn.stage is None and starts and data and conn.l7_toxics():
             conn.stage = ResponseStage(conn)
         if conn.stage is not None:

@@ -4,7 +4,7 @@
     GET    /links                       {"links": [link, ...]}
     GET    /links/{name}                link (toxics and counters)
     POST   /links/{name}/toxics         toxic spec -> 201 toxic | 400 | 404 | 409
-    DELETE /links/{name}/toxics/{toxic} -> 204 | 404
+    DELETE /links/{name}/toxics/{toxic} -> 200 toxic (final counters) | 404
     POST   /reset                       remove every toxic -> 200 {"removed": n}
 
 Every error is ``{"error": "..."}`` with a message that says what to do.
@@ -67,9 +67,10 @@ def make_app(proxy: "FaultProxy") -> web.Application:
     async def remove_toxic(request: web.Request) -> web.Response:
         link = link_or_404(request)
         name = request.match_info["toxic"]
-        if not link.remove(name):
+        toxic = link.remove(name)
+        if toxic is None:
             return _error(404, f"link {link.name!r} has no toxic {name!r}")
-        return web.Response(status=204)
+        return web.json_response(toxic.describe())
 
     async def reset(request: web.Request) -> web.Response:
         return web.json_response({"removed": sum(ln.reset() for ln in proxy.links.values())})

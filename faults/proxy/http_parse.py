@@ -5,7 +5,9 @@ Content-Length, until-close, or no body for 1xx/204/304/HEAD), so that L7
 toxics can act on one response of a keep-alive connection and leave the
 next one intact. Every byte fed comes back out in some event's ``raw``,
 so a response nobody rewrites is forwarded byte for byte. Anything it does
-not understand becomes ``Opaque`` and is passed through untouched.
+not understand becomes ``Opaque`` and is passed through untouched, until
+``resync`` (the connection's next exchange) starts over at a response head;
+after a ``101 Switching Protocols`` every byte is ``Opaque`` for good.
 """
 
 from __future__ import annotations
@@ -64,6 +66,18 @@ class ResponseParser:
         """Between responses with nothing buffered."""
         return self.state == "head" and not self.buf
 
+    @property
+    def lost(self) -> bool:
+        """Gave up on the framing (``Opaque``), not after a protocol switch."""
+        return self.state == "opaque"
+
+    def resync(self) -> None:
+        """Expect a response head again (called where a new exchange
+        starts), so that one stretch of bytes it could not frame does not
+        blind it for the rest of a keep-alive connection."""
+        if self.state == "opaque":
+            self.state, self.buf, self.remaining = "head", b"", 0
+
     def feed(self, data: bytes) -> list[Event]:
         self.buf += data
         out: list[Event] = []
@@ -78,7 +92,8 @@ class ResponseParser:
         return []
 
     def _opaque(self, out: list[Event]) -> bool:
-        self.state = "opaque"
+        if self.state != "tunnel":
+            self.state = "opaque"
         out.append(Opaque(self.buf))
         self.buf = b""
         return False
@@ -86,7 +101,7 @@ class ResponseParser:
     def _step(self, out: list[Event]) -> bool:
         """Consume what can be consumed; False when more input is needed."""
         st = self.state
-        if st == "opaque":
+        if st in ("opaque", "tunnel"):
             return self._opaque(out)
         if st == "head":
             return self._head(out)
@@ -168,6 +183,8 @@ class ResponseParser:
         head = Head(raw, status, headers, "none")
         if 100 <= status < 200:
             head.framing = "info"
+            if status == 101:  # another protocol follows: never HTTP/1.1 framing again
+                self.state = "tunnel"
             out.append(head)
             return True
         te = (head.header("transfer-encoding") or "").lower()

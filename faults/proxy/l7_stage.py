@@ -4,8 +4,10 @@ It is attached to a connection only at the start of a response (the first
 downstream bytes after a request went up) and only while an L7 toxic applies
 to that connection; it parses the framing of each response (``http_parse``)
 and detaches again between responses once no L7 toxic is left, so a link
-without L7 toxics pays nothing. A response no toxic rewrites is forwarded
-byte for byte. A rewritten body is re-framed: a chunked response stays
+without L7 toxics pays nothing. Bytes it cannot frame pass untouched (and
+are counted, ``l7_framing_lost``) until the connection's next exchange,
+where it looks for a response head again. A response no toxic rewrites is
+forwarded byte for byte. A rewritten body is re-framed: a chunked response stays
 chunked (one output chunk per input piece, then the original last chunk and
 trailers); an SSE response sent with Content-Length is turned into a
 chunked one, since its length changes.
@@ -13,6 +15,7 @@ chunked one, since its length changes.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from .http_parse import Body, End, Head, Opaque, ResponseParser
@@ -22,6 +25,8 @@ from .toxics.l7 import L7Toxic, ResponseContext
 
 if TYPE_CHECKING:  # pragma: no cover
     from .connection import Connection
+
+log = logging.getLogger("ordeal.proxy")
 
 
 def chunk(data: bytes) -> bytes:
@@ -48,6 +53,10 @@ class Rewrite:
         if self.sse and head.framing == "length":
             self.head_raw = _to_chunked(head)
             self.out_framing = "chunked"
+        for toxic in toxics:
+            toxic.counters["responses"] += 1
+            if self.sse and toxic.needs_sse:
+                toxic.counters["sse_responses"] += 1
 
     def events(self, evs: list[SseEvent]) -> bytes:
         out: list[bytes] = []
@@ -62,7 +71,10 @@ class Rewrite:
                         nxt.extend(toxic.flush(self.ctx))
                         nxt.append(e)
                     else:
-                        nxt.extend(toxic.on_event(self.ctx, e))
+                        got = toxic.on_event(self.ctx, e)
+                        if len(got) != 1 or got[0] is not e:
+                            toxic.counters["events_changed"] += 1
+                        nxt.extend(got)
                 batch = nxt
             out.extend(e.raw for e in batch)
         return b"".join(out)
@@ -93,10 +105,23 @@ class ResponseStage:
         self.conn = conn
         self.parser = ResponseParser(lambda: conn.last_method)
         self.rw: Rewrite | None = None
+        self._said_lost = False
 
     @property
     def detachable(self) -> bool:
         return self.parser.idle and self.rw is None and not self.conn.l7_toxics()
+
+    @property
+    def lost(self) -> bool:
+        """The parser gave up on this exchange's framing (it passes it untouched)."""
+        return self.parser.lost
+
+    def resync(self) -> None:
+        """A new exchange starts (the connection calls this at the first
+        downstream bytes after a request): look for a response head again."""
+        self.parser.resync()
+        self.rw = None
+        self._said_lost = False
 
     async def feed(self, data: bytes, emit: Emit) -> None:
         for ev in self.parser.feed(data):
@@ -108,6 +133,13 @@ class ResponseStage:
 
     async def _on(self, ev: Head | Body | End | Opaque, emit: Emit) -> None:
         if isinstance(ev, Opaque):
+            if self.parser.lost and not self._said_lost:
+                self._said_lost = True
+                conn = self.conn
+                conn.link.l7_framing_lost += 1
+                log.info("link %s conn %d: response framing lost (%r...); L7 toxics pass "
+                         "the rest of this exchange untouched", conn.link.name, conn.id,
+                         ev.raw[:40])
             await emit(ev.raw)
         elif isinstance(ev, Head):
             if ev.framing == "info":

@@ -84,6 +84,7 @@ class ProxyLink:
         self.bytes_up = 0
         self.bytes_down = 0
         self.connect_errors = 0
+        self.l7_framing_lost = 0  # exchanges whose framing the response stage lost
         self.server: asyncio.AbstractServer | None = None
         self.port = spec.listen_port
         self._conns: set[Connection] = set()
@@ -100,14 +101,15 @@ class ProxyLink:
         self._rebuild()
         log.info("link %s: added toxic %s", self.name, toxic.describe())
 
-    def remove(self, name: str) -> bool:
+    def remove(self, name: str) -> Toxic | None:
+        """The removed toxic (its counters final), None if there was none."""
         toxic = self.toxics.pop(name, None)
         if toxic is None:
-            return False
+            return None
         toxic.removed.set()  # releases whatever it holds
         self._rebuild()
         log.info("link %s: removed toxic %s", self.name, name)
-        return True
+        return toxic
 
     def reset(self) -> int:
         names = list(self.toxics)
@@ -132,7 +134,8 @@ class ProxyLink:
                 "toxics": [t.describe() for t in self.toxics.values()],
                 "counters": {"connections": self.connections, "active": self.active,
                              "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
-                             "connect_errors": self.connect_errors}}
+                             "connect_errors": self.connect_errors,
+                             "l7_framing_lost": self.l7_framing_lost}}
 
     # -- serving --------------------------------------------------------------
 

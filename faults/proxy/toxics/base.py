@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Literal
 
@@ -23,6 +24,10 @@ DIRECTIONS: tuple[str, ...] = ("upstream", "downstream")
 Emit = Callable[[bytes], Awaitable[None]]
 
 REGISTRY: dict[str, type["Toxic"]] = {}
+# Serial numbers: what per-connection and per-response caches key a toxic by.
+# Not id(): a removed toxic's address is reused by the next object of its
+# size, and a pooled keep-alive connection outlives many fault windows.
+_SERIAL = itertools.count(1)
 
 
 class ToxicError(ValueError):
@@ -58,6 +63,7 @@ class Toxic:
         self.direction = direction
         self.toxicity = toxicity
         self.params = params
+        self.uid = next(_SERIAL)
         # Set when the toxic is removed: whatever it holds is released at once.
         self.removed = asyncio.Event()
 

@@ -21,12 +21,22 @@ class ResponseContext:
         self.finish_early = False  # a toxic ended the stream; drop the rest
 
     def state(self, toxic: Toxic) -> dict[str, Any]:
-        return self._state.setdefault(id(toxic), {})
+        return self._state.setdefault(toxic.uid, {})
 
 
 class L7Toxic(Toxic):
     layer = "l7"
     needs_sse: ClassVar[bool] = False  # rewrites SSE events (text/event-stream bodies)
+
+    def __init__(self, *args: Any, **kw: Any):
+        super().__init__(*args, **kw)
+        # What it did, for GET /links and a link fault's heal result: response
+        # heads it was applied to, SSE bodies among them it rewrote, and data
+        # events it dropped, repeated, held or replaced.
+        self.counters = {"responses": 0, "sse_responses": 0, "events_changed": 0}
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "counters": dict(self.counters)}
 
     async def before_head(self, resp: ResponseContext) -> None:
         """Called before the response head is forwarded."""
