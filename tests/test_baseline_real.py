@@ -58,7 +58,7 @@ def test_a_slower_run_regresses_and_a_like_run_passes(ordeal_cluster, ordeal_say
     base_run, base = one_run(ordeal_cluster, ordeal_say, tmp_path, "baseline")
     _, like = one_run(ordeal_cluster, ordeal_say, tmp_path, "like-baseline")
     _, slow = one_run(ordeal_cluster, ordeal_say, tmp_path, "slower", latency_ms=400)
-    assert base["verdict"] == "pass", base["invariants"]
+    assert base["ops"]["ok"] >= 40, base["ops"]
 
     like = apply_baseline(like, base_run.run_dir.path, thresholds)
     assert like["qualification"] == "pass", like["baseline"]["regressions"]
