@@ -28,6 +28,7 @@ class FaultWindow:
     inject_result: dict[str, Any] = field(default_factory=dict)
     heal_result: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    note: str | None = None  # e.g. healed by a resumed harness's clean-up
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

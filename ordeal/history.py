@@ -704,13 +704,7 @@ class _Reader:
                             for line in pending:
                                 n += 1
                                 try:
-                                    d = loads(line)
-                                    if not isinstance(d, dict):
-                                        raise ValueError("not a JSON object")
-                                    missing = [k for k in REQUIRED if k not in d]
-                                    if missing:
-                                        raise ValueError(f"missing {missing}")
-                                    op = Op.from_dict(d)
+                                    op = _parse_op(line, loads)
                                 except (ValueError, KeyError, TypeError) as e:
                                     self._bad_line(line, n, e)
                                     continue
