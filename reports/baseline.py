@@ -40,6 +40,15 @@ more than its absolute margin. Better by as much is an improvement; the rest
 is unchanged. A figure in only one run, or null in one, is listed as not
 compared with the reason, never dropped.
 
+Sample size. A percentile of few samples is one or two requests: the p99 of
+80 requests is their maximum, and two runs of one build differ there by 3x on
+a loaded machine. A latency percentile pXX is compared only when both runs
+have at least ``min_tail_samples`` samples above it, i.e. at least
+``min_tail_samples / (1 - XX/100)`` samples (p99: 500, p90: 50, p50: 10 with
+the default 5); ``mean`` needs ``min_tail_samples`` samples; ``min`` and
+``max`` are single samples, compared only with ``min_tail_samples = 0``.
+Otherwise the figure is listed as not compared, with the counts.
+
 Thresholds file (TOML; every key optional, unknown keys are an error)::
 
     ignore = []                 # fnmatch patterns of figure/invariant names
@@ -48,6 +57,7 @@ Thresholds file (TOML; every key optional, unknown keys are an error)::
     absolute_ms = 5.0
     percentiles = ["p50", "p90", "p99"]
     phases = ["steady", "fault", "after_heal"]
+    min_tail_samples = 5.0      # see "Sample size" below; 0 compares every figure
     [seconds]                   # recovery_s, ready_after_s
     relative = 0.50
     absolute_s = 10.0
@@ -99,6 +109,7 @@ class LatencyThresholds:
     absolute_ms: float = 5.0
     percentiles: tuple[str, ...] = ("p50", "p90", "p99")
     phases: tuple[str, ...] = PHASES
+    min_tail_samples: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -274,6 +285,21 @@ class Figure:
     value: float | None
     better: Better
     kind: str  # latency_ms | seconds | memory_mb | error_rate | goodput | availability
+    samples: int | None = None  # latency percentiles: the window's sample count
+    pct: str | None = None  # latency percentiles: p50, p99, mean, ...
+
+
+def samples_needed(pct: str, min_tail: float) -> float:
+    """How many samples a percentile needs to rest on ``min_tail`` samples
+    above it (module docstring, "Sample size")."""
+    if min_tail <= 0:
+        return 0.0
+    if pct == "mean":
+        return min_tail
+    if pct in ("min", "max"):
+        return math.inf
+    tail = 1.0 - float(pct[1:]) / 100.0
+    return math.ceil(min_tail / tail - 1e-9)
 
 
 def _num(v: Any) -> float | None:
@@ -302,8 +328,9 @@ def extract_figures(summary: dict[str, Any],
     t = thresholds or Thresholds()
     out: dict[str, Figure] = {}
 
-    def add(name: str, value: Any, better: Better, kind: str) -> None:
-        out[name] = Figure(name, _num(value), better, kind)
+    def add(name: str, value: Any, better: Better, kind: str,
+            samples: int | None = None, pct: str | None = None) -> None:
+        out[name] = Figure(name, _num(value), better, kind, samples, pct)
 
     for inv in summary.get("invariants") or []:
         if not isinstance(inv, dict) or not isinstance(inv.get("details"), dict):
@@ -322,7 +349,8 @@ def extract_figures(summary: dict[str, Any],
                     if not isinstance(h, dict) or not h.get("count"):
                         continue  # no sample: the window shows as not compared below
                     for pct in t.latency.percentiles:
-                        add(f"slo_latency.{win}.{m}.{pct}", h.get(pct), "lower", "latency_ms")
+                        add(f"slo_latency.{win}.{m}.{pct}", h.get(pct), "lower", "latency_ms",
+                            int(h["count"]), pct)
         elif name in ("goodput", "error_rate"):
             for key, w in windows.items():
                 if isinstance(w, dict):
@@ -524,6 +552,21 @@ def _compare_figure(b: Figure, c: Figure, t: Thresholds) -> FigureChange:
                         th.describe(), status)
 
 
+def _too_few_samples(b: Figure, c: Figure, t: Thresholds) -> str | None:
+    """Why a latency percentile rests on too few samples to compare, or None."""
+    if b.pct is None or b.samples is None or c.samples is None:
+        return None
+    need = samples_needed(b.pct, t.latency.min_tail_samples)
+    if b.samples >= need and c.samples >= need:
+        return None
+    counts = f"{b.samples} samples in the baseline, {c.samples} in this run"
+    if math.isinf(need):
+        return (f"{counts}: {b.pct} is a single sample; compared only with "
+                "[latency] min_tail_samples = 0")
+    return (f"{counts}: {b.pct} needs {need:g} for {t.latency.min_tail_samples:g} samples "
+            "beyond it ([latency] min_tail_samples); run longer or compare a lower percentile")
+
+
 def _ignored(name: str, t: Thresholds) -> bool:
     return any(fnmatch.fnmatchcase(name, pat) for pat in t.ignore)
 
@@ -587,6 +630,8 @@ def compare(current: dict[str, Any], baseline: dict[str, Any],
         elif b.value is None or c.value is None:
             side = "baseline" if b.value is None else "this run"
             why = f"no value in {'both runs' if b.value is None and c.value is None else side}"
+        elif (few := _too_few_samples(b, c, t)) is not None:
+            why = few
         else:
             cmp.figures.append(_compare_figure(b, c, t))
             continue

@@ -30,8 +30,15 @@ FAULT = "network_latency@client-router#1"
 PCTS = ("count", "mean", "min", "max", "p50", "p90", "p95", "p99", "p99.9")
 
 
-def _hist(*values):
-    return dict(zip(PCTS, values, strict=True))
+#: The recorded runs had 33 to 106 requests per window; their counts are
+#: scaled so that every percentile rests on enough samples to be compared
+#: (the default min_tail_samples); ``test_a_percentile_of_few_samples_is_not_compared``
+#: covers the recorded counts.
+COUNT_SCALE = 20
+
+
+def _hist(count, *values):
+    return dict(zip(PCTS, (count * COUNT_SCALE, *values), strict=True))
 
 
 def _window(phase, requests, ttft, tpot, itl, e2e):
@@ -308,6 +315,37 @@ def test_different_workloads_are_warned():
     assert any("fault schedules" in x for x in w)
 
 
+def test_a_percentile_of_few_samples_is_not_compared(tmp_path):
+    """With the recorded counts (33 requests in the steady window) a p99 is
+    the slowest request or so: a 3x slower one is not a regression of the
+    build, so p99 is listed as not compared, with the counts; p50 still is."""
+    base = real_summary()
+    for h in _latency_window(base).values():
+        if isinstance(h, dict):
+            h["count"] //= COUNT_SCALE
+    cur = copy.deepcopy(base)
+    steady = _latency_window(cur)
+    steady["ttft_ms"]["p99"] *= 3
+    cmp = compare(cur, base)
+    nc = {n.name: n.why for n in cmp.not_compared}
+    why = nc["slo_latency.steady.ttft_ms.p99"]
+    assert "33 samples in the baseline, 33 in this run" in why and "needs 500" in why, why
+    assert "slo_latency.steady.ttft_ms.p90" in nc  # needs 50
+    assert cmp.verdict == "pass", cmp.to_dict()["regressions"]
+
+    steady["ttft_ms"]["p50"] += 400.0  # p50 needs 10 samples: compared
+    assert _regressed(compare(cur, base)) == {"slo_latency.steady.ttft_ms.p50"}
+
+    f = tmp_path / "all.toml"  # 0 compares every figure, max included
+    f.write_text('[latency]\nmin_tail_samples = 0\npercentiles = ["p99", "max"]\n')
+    steady["ttft_ms"]["max"] *= 3
+    assert _regressed(compare(cur, base, load_thresholds(f))) == {
+        "slo_latency.steady.ttft_ms.p99", "slo_latency.steady.ttft_ms.max"}
+    f.write_text('[latency]\nmin_tail_samples = 1\npercentiles = ["max"]\n')
+    why = {n.name: n.why for n in compare(cur, base, load_thresholds(f)).not_compared}
+    assert "single sample" in why["slo_latency.steady.ttft_ms.max"]
+
+
 def test_ignore_patterns_and_a_thresholds_file_change_the_outcome(tmp_path):
     base = real_summary()
     cur = copy.deepcopy(base)
@@ -492,10 +530,10 @@ def test_real_runs_pass_against_themselves_and_flag_added_latency():
         assert compare(copy.deepcopy(s), s).verdict == "pass", s["run_id"]
         slow = copy.deepcopy(s)
         steady = _latency_window(slow)
-        if not steady.get("e2e_ms", {}).get("count"):
-            continue
-        steady["e2e_ms"]["p99"] += max(400.0, steady["e2e_ms"]["p99"])
-        assert "slo_latency.steady.e2e_ms.p99" in _regressed(compare(slow, s)), s["run_id"]
+        if (steady.get("e2e_ms") or {}).get("count", 0) < 10:
+            continue  # p50 rests on too few samples to be compared
+        steady["e2e_ms"]["p50"] += max(400.0, steady["e2e_ms"]["p50"])
+        assert "slo_latency.steady.e2e_ms.p50" in _regressed(compare(slow, s)), s["run_id"]
 
 
 def test_the_documented_thresholds_file_is_the_defaults(tmp_path):
