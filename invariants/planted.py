@@ -57,10 +57,19 @@ PLANTED: dict[str, tuple[str, ...]] = {
 @dataclass(frozen=True)
 class Met:
     """What a completed request met: the planted windows its lifetime
-    overlapped (in order of begin) and its invoke's max_tokens."""
+    overlapped (in order of begin), its invoke's max_tokens and time (None
+    when its invoke was not seen)."""
 
     windows: tuple[Window, ...]
     max_tokens: int
+    invoke_ns: int | None = None
+
+
+def link_destination(target: str) -> str | None:
+    """The replica behind a ``router-<replica>`` link, whose streams alone a
+    toxic there can touch; None for a link every request crosses
+    (``client-router``)."""
+    return target[len("router-"):] if target.startswith("router-") else None
 
 
 class PlantedWindows:
@@ -73,10 +82,15 @@ class PlantedWindows:
         self.timeline = Timeline(after_s=0.0)  # its window matching, nothing else
         self.planted: list[Window] = []  # planted windows, in order of begin
         self.begin_wall: dict[str, str] = {}  # window label -> wall of its inject/begin
+        # window label -> when its toxics were in place (inject/end without
+        # error) and when their removal began (heal/begin): the span in which
+        # a request is sure to meet them (see PlantedDetected).
+        self.armed_ns: dict[str, int] = {}
+        self.disarmed_ns: dict[str, int] = {}
         self._open: dict[str, int] = {}  # kind@target -> index in planted, while open
         # In flight, per process: (planted windows begun by the invoke,
-        # indexes of those open at the invoke, max_tokens).
-        self.inflight: dict[Any, tuple[int, tuple[int, ...], int]] = {}
+        # indexes of those open at the invoke, max_tokens, invoke time).
+        self.inflight: dict[Any, tuple[int, tuple[int, ...], int, int]] = {}
 
     def feed(self, op: Op) -> Met | None:
         if op.process == NEMESIS:
@@ -86,15 +100,28 @@ class PlantedWindows:
             return None
         if op.type == "invoke":
             self.inflight[op.process] = (len(self.planted), tuple(self._open.values()),
-                                         int(op.value.get("max_tokens") or 0))
+                                         int(op.value.get("max_tokens") or 0), op.time_ns)
             return None
         entry = self.inflight.pop(op.process, None)
         if entry is None:  # no invoke seen: only its completion is known
             met = sorted(self._open.values())
             return Met(tuple(self.planted[i] for i in met), 0)
-        begun, open_then, max_tokens = entry
+        begun, open_then, max_tokens, invoke_ns = entry
         met = sorted(set(open_then) | set(range(begun, len(self.planted))))
-        return Met(tuple(self.planted[i] for i in met), max_tokens)
+        return Met(tuple(self.planted[i] for i in met), max_tokens, invoke_ns)
+
+    def exposed(self, w: Window, met: Met, node: Any) -> bool:
+        """Was this request sure to meet ``w``'s toxics? Sent while they were
+        in place (the proxy bites a response whose head arrives after a toxic
+        is added, and leaves one already streaming alone) and, on a
+        router-replica link, served by that replica."""
+        armed, disarmed = self.armed_ns.get(w.label), self.disarmed_ns.get(w.label)
+        if met.invoke_ns is None or armed is None or met.invoke_ns < armed:
+            return False
+        if disarmed is not None and met.invoke_ns >= disarmed:
+            return False
+        dst = link_destination(w.target)
+        return dst is None or node == dst
 
     def _on_nemesis(self, op: Op) -> None:
         opened = self.timeline.on_nemesis(op)
@@ -104,11 +131,18 @@ class PlantedWindows:
             self._open[f"{opened.kind}@{opened.target}"] = len(self.planted)
             self.planted.append(opened)
             self.begin_wall[opened.label] = op.wall
-        elif op.f == "heal" and op.value.get("phase") == "end":
-            key = f"{op.value.get('kind')}@{op.value.get('target')}"
-            i = self._open.get(key)
-            if i is not None and self.planted[i].end_ns is not None:
-                del self._open[key]
+            return
+        key = f"{op.value.get('kind')}@{op.value.get('target')}"
+        i = self._open.get(key)
+        if i is None:
+            return
+        label, phase = self.planted[i].label, op.value.get("phase")
+        if op.f == "inject" and phase == "end" and not op.error:
+            self.armed_ns[label] = op.time_ns
+        elif op.f == "heal" and phase == "begin":
+            self.disarmed_ns.setdefault(label, op.time_ns)
+        elif op.f == "heal" and phase == "end" and self.planted[i].end_ns is not None:
+            del self._open[key]
 
 
 def withdrawn(op: Op, met: Met) -> Op:
@@ -155,10 +189,19 @@ class PlantedDetected(StreamingChecker):
     ``usage_problems``, ``ok`` ops only). Canary determinism is not used
     here: a canary's golden answer may not exist yet, or be planted itself.
 
-    True if every such window had a detection (or no planted fault ran);
-    False, naming the window, if one's corruption went unseen (the probe did
-    not bite, or the checkers missed it); "unknown" if no planted window was
-    met by any streamed request."""
+    A window counts as missed only if a streamed request was *exposed* to it
+    (``PlantedWindows.exposed``: sent after its toxics were in place and
+    before their removal began, and on a router-replica link served by that
+    replica). A request that merely overlapped the window may have streamed
+    before the toxic or through another replica, and its clean answer proves
+    nothing (seen at ``--time-scale 12``: 2-3 s windows whose overlapping
+    streams had all begun before the inject).
+
+    True if every window with an exposed stream had a detection (or no
+    planted fault ran); False, naming the window, if one's corruption went
+    unseen (the probe did not bite, or the checkers missed it); "unknown" if
+    no streamed request was exposed to any planted window and none was
+    caught."""
 
     name = "planted_detected"
 
@@ -169,6 +212,7 @@ class PlantedDetected(StreamingChecker):
         super().start(ctx)
         self.windows = PlantedWindows(self.kinds)
         self.streamed: dict[str, int] = {}  # window label -> streamed requests that met it
+        self.exposed: dict[str, int] = {}  # ... of which sure to meet its toxics
         self.caught: dict[str, dict[str, Any]] = {}  # window label -> first detection
         self.n_caught: dict[str, int] = {}
         self.excluded = 0
@@ -186,6 +230,8 @@ class PlantedDetected(StreamingChecker):
             problems += usage_problems(op.value, met.max_tokens)[1]
         for w in met.windows:
             self.streamed[w.label] = self.streamed.get(w.label, 0) + 1
+            if self.windows.exposed(w, met, op.value.get("node")):
+                self.exposed[w.label] = self.exposed.get(w.label, 0) + 1
             if problems:
                 self.n_caught[w.label] = self.n_caught.get(w.label, 0) + 1
                 self.caught.setdefault(w.label, {"index": op.index, "type": op.type,
@@ -197,19 +243,28 @@ class PlantedDetected(StreamingChecker):
         missed: list[dict[str, Any]] = []
         for w in planted:
             streamed = self.streamed.get(w.label, 0)
+            exposed = self.exposed.get(w.label, 0)
             entry: dict[str, Any] = {"kind": w.kind, "target": w.target,
                                      "begin_wall": self.windows.begin_wall[w.label],
                                      "healed": w.end_ns is not None, "streamed": streamed,
+                                     "exposed": exposed,
                                      "caught": self.n_caught.get(w.label, 0)}
             if w.label in self.caught:
                 entry["first_caught"] = self.caught[w.label]
+            elif streamed and not exposed:
+                entry["why_not_judged"] = ("no streamed request was sent while its toxics "
+                                           "were in place" + (
+                                               f" and served by {link_destination(w.target)}"
+                                               if link_destination(w.target) else ""))
             per_window[w.label] = entry
-            if streamed and w.label not in self.caught:
+            if exposed and w.label not in self.caught:
                 missed.append({"window": w.label, "kind": w.kind, "target": w.target,
                                "begin_wall": entry["begin_wall"], "streamed": streamed,
+                               "exposed": exposed,
                                "problem": f"planted {w.kind} corruption went undetected: "
-                                          f"{streamed} streamed request(s) met the window and "
-                                          "none showed a stream or usage problem"})
+                                          f"{exposed} streamed request(s) were sent while its "
+                                          "toxics were in place and none showed a stream or "
+                                          "usage problem"})
         details: dict[str, Any] = {"planted_windows": len(planted), "excluded": self.excluded,
                                    "windows": per_window}
         if not planted:
@@ -217,9 +272,10 @@ class PlantedDetected(StreamingChecker):
         if missed:
             return Result(self.name, False, {**details, "undetected": len(missed)},
                           missed[:MAX_COUNTEREXAMPLES])
-        if not any(self.streamed.values()):
+        if not any(self.exposed.values()) and not self.caught:
             return Result(self.name, "unknown",
-                          {**details, "why": "no streamed request met a planted window"})
+                          {**details, "why": "no streamed request was sent while a planted "
+                                             "fault's toxics were in place"})
         return Result(self.name, True, details)
 
 

@@ -38,7 +38,7 @@ class Run:
         return self.seq
 
     def done(self, p, corrupt=False, text="one two three four five six seven eight",
-             canary=False, stream=True, max_tokens=8):
+             canary=False, stream=True, max_tokens=8, node="replica-0"):
         """A streamed ``ok`` answer of ``max_tokens`` tokens; ``corrupt``: one
         event duplicated in flight (as lsn_jump mode=duplicate does), seen as a
         repeat of the running token count and one token id too many."""
@@ -51,7 +51,7 @@ class Run:
         if corrupt:
             chunks.insert(3, dict(chunks[2]))
             seq_problems = ["completion_tokens repeated: 3 after 3"]
-        value = {"seq": p, "status": 200, "node": "replica-0", "id": f"cmpl-{p}",
+        value = {"seq": p, "status": 200, "node": node, "id": f"cmpl-{p}",
                  "finish_reason": "length",
                  "usage": {"prompt_tokens": 2, "completion_tokens": n, "total_tokens": n + 2},
                  "output_tokens": n, "output_hash": "h", "fingerprint": None,
@@ -208,6 +208,36 @@ def test_overlap_is_judged_on_the_whole_lifetime(tmp_path):
     assert sw.details["excluded_planted"] == 4
     d = r["planted_detected"]
     assert d.valid is True and d.details["windows"]["lsn_jump@client-router#1"]["streamed"] == 4
+
+
+def test_only_requests_exposed_to_the_toxics_can_make_a_miss(tmp_path):
+    """A clean stream that began before the toxics were in place, or went
+    through another replica's link, proves nothing about detection; one sent
+    while they were in place through the faulted link does."""
+    run = Run(tmp_path)
+    early = run.invoke()  # streaming before the inject: the proxy leaves it alone
+    run.inject()
+    run.done(early)
+    run.heal()
+    run.inject("lsn_jump", "router-replica-1")
+    run.request(node="replica-0")  # routed to the other replica
+    run.heal("lsn_jump", "router-replica-1")
+    r = judge(run.ops())
+    d = r["planted_detected"]
+    assert d.valid == "unknown", d.to_dict()
+    w1 = d.details["windows"]["lsn_jump@client-router#1"]
+    assert (w1["streamed"], w1["exposed"]) == (1, 0)
+    assert "in place" in w1["why_not_judged"]
+    w2 = d.details["windows"]["lsn_jump@router-replica-1#1"]
+    assert (w2["streamed"], w2["exposed"]) == (1, 0)
+    assert "served by replica-1" in w2["why_not_judged"]
+
+    run = Run(tmp_path / "b")
+    run.inject("lsn_jump", "router-replica-1")
+    run.request(node="replica-1")  # through the faulted link, and clean: a miss
+    run.heal("lsn_jump", "router-replica-1")
+    d = judge(run.ops())["planted_detected"]
+    assert d.valid is False and d.counterexamples[0]["exposed"] == 1, d.to_dict()
 
 
 def test_no_planted_fault_is_a_pass_with_a_note(tmp_path):
