@@ -57,6 +57,10 @@ class StreamingChecker:
     form for a whole history."""
 
     name = "checker"
+    #: ``result()`` only reads the state: a running judge (fixtures.endurance)
+    #: may call it mid-run without copying the checker first. False (the
+    #: default) for checkers whose result closes what is still open.
+    pure_result = False
 
     def start(self, ctx: RunContext) -> None:
         self.ctx = ctx

@@ -27,6 +27,7 @@ from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_
 
 class NoDuplicateExecution(StreamingChecker):
     name = "no_duplicate_execution"
+    pure_result = True  # its state (15 minutes of ids) is the largest: never copied
 
     def start(self, ctx: RunContext) -> None:
         super().start(ctx)
@@ -72,4 +73,4 @@ class NoDuplicateExecution(StreamingChecker):
             valid = "unknown"  # no journal: nothing seen from the replicas' side
         else:
             valid = True
-        return Result(self.name, valid, details=c, counterexamples=self.duplicates)
+        return Result(self.name, valid, details=c, counterexamples=list(self.duplicates))

@@ -80,3 +80,23 @@ def test_journal_tail_reads_only_new_whole_lines_and_reports_bad_ones(tmp_path):
     with p.open("a") as f:
         f.write('tus": 499, "complete": false}\n')
     assert tail.read_new() == ([["b", 499, False]], [], [])
+
+
+def test_result_mid_run_changes_nothing_so_the_judge_need_not_copy_it():
+    """pure_result: the endurance judge asks this checker directly, every
+    progress line; asking must not alter what it says at the end."""
+    assert NoDuplicateExecution.pure_result is True
+    h = [served(0, 1, "replica-0", ("a", 200, True), ("b", 200, True)),
+         served(1, 2, "replica-1", ("b", 200, True)),
+         served(2, 3, "replica-1", ("c", 200, False)), served(3, 4, "replica-0", ("c", 200, True))]
+    asked, quiet = NoDuplicateExecution(), NoDuplicateExecution()
+    asked.start(RunContext())
+    quiet.start(RunContext())
+    mid = []
+    for op in h:
+        asked.feed(op)
+        quiet.feed(op)
+        mid.append(asked.result())
+    mid[-1].counterexamples.append({"tampered": True})  # the caller's copy, not the state
+    assert asked.result().to_dict() == quiet.result().to_dict()
+    assert [m.valid for m in mid] == [True, False, False, False]
