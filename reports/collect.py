@@ -157,6 +157,8 @@ class ReportData:
     error_kinds: set[str] = field(default_factory=set)
     nodes: list[str] = field(default_factory=list)
     gpu_keys: set[str] = field(default_factory=set)
+    gpus: list[str] = field(default_factory=list)  # "gpu0"...: NVML readings (monitor f "gpu")
+    gpu_note: str | None = None  # why there is no GPU telemetry, as the monitor said
     contexts: list[Context] = field(default_factory=list)
     ops_read: int = 0
     problems: list[str] = field(default_factory=list)  # damaged lines, read errors
@@ -258,6 +260,9 @@ class Collector:
                     d.cloud[j] = point
 
     def _monitor(self, op: Op) -> None:
+        if op.f == "gpu":
+            self._gpu(op)
+            return
         if op.f not in ("sample", "drain"):
             return
         d, v = self.data, op.value
@@ -283,6 +288,29 @@ class Collector:
                     key = f"gpu {str(k)[:40]}"
                     d.gpu_keys.add(key)
                     mine[key] = max(mine.get(key, float(val)), float(val))
+
+    def _gpu(self, op: Op) -> None:
+        """An NVML reading of one GPU (fixtures.gpu_telemetry), drawn as a
+        series "gpuN" beside the nodes; or the one note that there is none."""
+        d, v = self.data, op.value
+        gpu = v.get("gpu")
+        if not isinstance(gpu, dict):
+            if v.get("available") is False and d.gpu_note is None:
+                d.gpu_note = str(v.get("reason", ""))[:300]
+            return
+        label = f"gpu{v.get('device', '?')}"[:20]
+        if label not in d.gpus:
+            if len(d.gpus) >= MAX_NODES:
+                return
+            d.gpus.append(label)
+        mine = self.bucket(op.time_ns).nodes.setdefault(label, {})
+        for k, val in list(gpu.items())[:12]:
+            if isinstance(val, (int, float)) and not isinstance(val, bool) and val >= 0:
+                key = f"gpu {str(k)[:40]}"
+                d.gpu_keys.add(key)
+                # clocks: the lowest in a bucket is the throttle; the rest: the highest
+                pick = min if k.endswith("clock_mhz") else max
+                mine[key] = pick(mine.get(key, float(val)), float(val))
 
     def _nemesis(self, op: Op) -> None:
         d, v = self.data, op.value

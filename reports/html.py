@@ -214,17 +214,23 @@ def _charts(data: ReportData) -> list[str]:
                     runs.append((i * w, (i + 1) * w, state))
             rows.append((node, runs))
         out.append(render_strips("/health per node", x_max, rows, shades))
+    gpus = getattr(data, "gpus", [])
     for label in [*NODE_METRICS, *sorted(data.gpu_keys)]:
         # samples are sparser than buckets: join them rather than break at each gap
+        who = data.nodes if label in NODE_METRICS else [*data.nodes, *gpus]
         series = [Series(node, [(x, y) for x, y in per_bucket(
             lambda b, n=node, m=label: b.nodes.get(n, {}).get(m)) if y is not None])
-            for node in data.nodes]
+            for node in who]
         if any(y is not None for s in series for _, y in s.points):
-            out.append(_figure(Chart(label, label, x_max, series, shades=shades),
-                               "max per bucket of the monitor's samples"))
+            note = ("min per bucket of NVML readings (a throttle shows as a dip)"
+                    if label.endswith("clock_mhz") else "max per bucket of the monitor's samples")
+            if label == "gpu clocks_event_reasons":
+                note += "; bits: 0x1 GpuIdle, 0x4 SwPowerCap, 0x8 HwSlowdown, 0x20 SwThermal, " \
+                        "0x40 HwThermal, 0x80 PowerBrake"
+            out.append(_figure(Chart(label, label, x_max, series, shades=shades), note))
     if not data.gpu_keys:
-        out.append('<p class="small">GPU telemetry: none in the monitor samples '
-                   "(no GPU on this cluster).</p>")
+        why = getattr(data, "gpu_note", None) or "no GPU on this cluster"
+        out.append(f'<p class="small">GPU telemetry: none ({escape(why)}).</p>')
     return out
 
 
@@ -262,6 +268,41 @@ def section_faults(summary: dict[str, Any], data: ReportData | None) -> str:
             for s, e, lbl in data.windows) + "</table>")
     else:
         out.append("<p>No faults were injected in this run.</p>")
+    return "".join(out)
+
+
+def section_gpu(summary: dict[str, Any]) -> str:
+    """The GPU by phase (summary "gpu", reports.gpu.gpu_phases): NVML's SM
+    clock and throttle reasons next to the latency the requests saw."""
+    gpu = summary.get("gpu")
+    if not isinstance(gpu, dict) or not isinstance(gpu.get("phases"), list):
+        return ""
+    out = ["<h2>GPU by phase</h2>",
+           f'<p class="small">NVML readings and requests per phase; "after X" is the '
+           f"{_e(gpu.get('after_heal_s'))} s after X healed. Devices: "
+           f"{_e(gpu.get('devices'))}.</p>",
+           "<table><tr><th>phase</th><th>from-to (s)</th><th>ok/fail/info</th>"
+           "<th>TTFT p50/p90 ms</th><th>TPOT p50/p90 ms</th><th>SM clock med/min MHz</th>"
+           "<th>reason bits</th><th>util %</th><th>mem used min-max MiB</th>"
+           "<th>power W</th><th>engine</th></tr>"]
+    for p in gpu["phases"][:200]:
+        if not isinstance(p, dict):
+            continue
+        g = p.get("gpu") or {}
+        eng = "; ".join(f"{k}: {v.get('min'):.0f}-{v.get('max'):.0f}"
+                        for k, v in (p.get("engine") or {}).items() if isinstance(v, dict))
+        out.append(
+            f"<tr><td>{_e(p.get('phase'))}</td><td>{_e(p.get('from_s'))}-{_e(p.get('to_s'))}</td>"
+            f"<td>{_e(p.get('requests_ok'))}/{_e(p.get('requests_fail'))}/"
+            f"{_e(p.get('requests_info'))}</td>"
+            f"<td>{_e(p.get('ttft_ms_p50'))} / {_e(p.get('ttft_ms_p90'))}</td>"
+            f"<td>{_e(p.get('tpot_ms_p50'))} / {_e(p.get('tpot_ms_p90'))}</td>"
+            f"<td>{_e(g.get('sm_clock_mhz_median'))} / {_e(g.get('sm_clock_mhz_min'))}</td>"
+            f'<td class="mono">{_e(g.get("reason_bits_seen"))} {_e(g.get("reasons_seen"))}</td>'
+            f"<td>{_e(g.get('util_gpu_pct_median'))}</td>"
+            f"<td>{_e(g.get('mem_used_mb_min'))}-{_e(g.get('mem_used_mb_max'))}</td>"
+            f"<td>{_e(g.get('power_w_median'))}</td><td class=\"mono\">{_e(eng, 300)}</td></tr>")
+    out.append("</table>")
     return "".join(out)
 
 
@@ -329,7 +370,8 @@ def build_page(run_dir: Path) -> str:
     parts = []
     for make in (lambda: section_minimal_schedule(run_dir),
                  lambda: section_invariants(summary, data), lambda: section_plots(data),
-                 lambda: section_faults(summary, data), lambda: section_contexts(data)):
+                 lambda: section_faults(summary, data), lambda: section_gpu(summary),
+                 lambda: section_contexts(data)):
         try:
             parts.append(make())
         except Exception as e:  # noqa: BLE001 - keep the rest of the page

@@ -200,7 +200,10 @@ time.sleep(600)
 
 
 def test_crashed_harness_with_gpu_memory_held_is_healed_by_heal_all(node):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # Keep the caller's PYTHONPATH: on a GPU machine the wheels it lacks
+    # (crc32c, ...) are often on it; replacing it broke the child's imports.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
+                                                                     os.environ.get("PYTHONPATH")]))}
     before = nvml_sample(0).mem_used_mb
     child = subprocess.Popen([PY, "-c", CHILD, str(node.pid)], cwd=REPO, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
