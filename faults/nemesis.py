@@ -36,15 +36,23 @@ class FaultWindow:
 
 def _record(history: History, f: str, fault: Fault, action: Callable[[], dict[str, Any]]
             ) -> dict[str, Any]:
-    history.append("info", NEMESIS, f, {"kind": fault.kind, "target": fault.target,
-                                        "phase": "begin"})
+    """Run a nemesis action between its begin and end ops. An inject whose
+    begin cannot be recorded is not done; a heal is done even when the
+    history cannot be written (a full disk must not leave a fault in)."""
+    def note(value: dict[str, Any], error: str | None = None) -> None:
+        try:
+            history.append("info", NEMESIS, f, value, error)
+        except OSError:
+            if f != "heal":
+                raise
+    note({"kind": fault.kind, "target": fault.target, "phase": "begin"})
     try:
         result = action()
     except Exception as e:
-        history.append("info", NEMESIS, f, {"kind": fault.kind, "target": fault.target,
-                                            "phase": "end"}, f"{type(e).__name__}: {e}")
+        note({"kind": fault.kind, "target": fault.target, "phase": "end"},
+             f"{type(e).__name__}: {e}")
         raise
-    history.append("info", NEMESIS, f, {**result, "phase": "end"})
+    note({**result, "phase": "end"})
     return result
 
 

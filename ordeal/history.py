@@ -113,6 +113,12 @@ class Op:
         )
 
 
+class HistoryWriteError(OSError):
+    """An op could not be written (disk full, I/O error). The file is cut
+    back to its last whole line, so what was written stays readable; the run
+    must stop, since nothing it does from here would be recorded."""
+
+
 class HistoryError(ValueError):
     """A history file that cannot be trusted; the message says where and why."""
 
@@ -318,11 +324,18 @@ class History:
     def _write(self, data: bytes) -> None:
         try:
             _write_all(self._file, data)
-        except BaseException:
+        except BaseException as e:
             try:  # no half line left for the next op to glue onto
                 os.ftruncate(self._file.fileno(), self._size)
             except OSError:
                 pass
+            if isinstance(e, OSError) and not isinstance(e, HistoryWriteError):
+                raise HistoryWriteError(
+                    e.errno, f"history {self.path}: cannot write op {self._next_index} "
+                    f"({e.strerror or e}); the file is intact up to op "
+                    f"{self._next_index - 1} (its last whole line). Free space on "
+                    f"{self.path.parent} and start again, or `--resume` an endurance "
+                    "run") from e
             raise
         self._size += len(data)
 
