@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ordeal.gpu import is_slowdown
 from ordeal.history import MONITOR, Op
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker
+from .requests import RequestPairer, Timeline
+from .slo import meets_slo, targets
 
 
 class GpuMemoryBack(StreamingChecker):
@@ -65,4 +68,85 @@ class GpuMemoryBack(StreamingChecker):
             details["why_unknown"] = (self.note or "no GPU readings in the history") \
                 if not self.baseline else "no drained GPU reading (the run did not drain)"
             return Result(self.name, "unknown", details)
+        return Result(self.name, True, details)
+
+
+class ThrottleExplained(StreamingChecker):
+    """throttle_explained: every request outside a fault window (steady or
+    after a heal) that breaches an SLO target must be explained by a GPU
+    slowdown that NVML reported while it ran (a power or thermal clocks-event
+    reason: SwPowerCap, HwSlowdown, SwThermal, HwThermal, PowerBrake, in a
+    reading between its invoke and its completion, give or take
+    ``throttle_slack_s``, default 1 s). Breaches no reading explains are
+    flagged (valid False, each one a counterexample): slowness no fault and no
+    throttle accounts for. Without any GPU reading a breach cannot be
+    explained: "unknown"."""
+
+    name = "throttle_explained"
+    MAX_PENDING = 10_000
+
+    def start(self, ctx: RunContext) -> None:
+        super().start(ctx)
+        self.t = targets(ctx)
+        self.slack_ns = int(float(ctx.extra.get("throttle_slack_s", 1.0)) * 1e9)
+        self.pairer = RequestPairer(Timeline(self.t.after_heal_s))
+        self.slow_times: list[int] = []  # times of readings with a slowdown reason (bounded)
+        self.readings = 0
+        self.pending: list[tuple[int, int, int]] = []  # (t0, t1, done index) of breaches
+        self.breaches = 0
+        self.explained = 0
+        self.flagged: list[dict[str, Any]] = []
+        self.flagged_count = 0
+        self.last_reading_ns = 0
+
+    def feed(self, op: Op) -> None:
+        if op.process == MONITOR and op.f == "gpu":
+            gpu = op.value.get("gpu")
+            if isinstance(gpu, dict):
+                self.readings += 1
+                self.last_reading_ns = op.time_ns
+                bits = gpu.get("clocks_event_reasons")
+                if isinstance(bits, int) and is_slowdown(bits):
+                    self.slow_times.append(op.time_ns)
+                    if len(self.slow_times) > self.MAX_PENDING:
+                        del self.slow_times[: len(self.slow_times) // 2]
+                self._settle(op.time_ns)
+            return
+        req = self.pairer.feed(op)
+        if req is None or req.phase == "fault" or req.done.type != "ok":
+            return
+        if not meets_slo(req, self.t):
+            self.breaches += 1
+            if len(self.pending) < self.MAX_PENDING:
+                self.pending.append((req.invoke.time_ns, req.done.time_ns, req.done.index))
+
+    def _settle(self, now_ns: int | None) -> None:
+        keep = []
+        for t0, t1, index in self.pending:
+            if now_ns is not None and now_ns < t1 + self.slack_ns:
+                keep.append((t0, t1, index))  # a reading that could explain it may follow
+                continue
+            if any(t0 - self.slack_ns <= t <= t1 + self.slack_ns for t in self.slow_times):
+                self.explained += 1
+            else:
+                self.flagged_count += 1
+                if len(self.flagged) < MAX_COUNTEREXAMPLES:
+                    self.flagged.append({"problem": "SLO breach outside any fault window with "
+                                                    "no GPU slowdown reason while it ran",
+                                         "index": index,
+                                         "ran_s": round((t1 - t0) / 1e9, 3)})
+        self.pending = keep
+
+    def result(self) -> Result:
+        self._settle(None)
+        details = {"breaches_outside_faults": self.breaches, "explained_by_throttle":
+                   self.explained, "flagged": self.flagged_count, "gpu_readings": self.readings,
+                   "slowdown_readings": len(self.slow_times),
+                   "targets": {"ttft_ms": self.t.ttft_ms, "tpot_ms": self.t.tpot_ms,
+                               "e2e_ms": self.t.e2e_ms}}
+        if self.breaches and not self.readings:
+            details["why_unknown"] = "no GPU readings: a breach cannot be explained"
+            return Result(self.name, "unknown", details)
+        if self.flagged_count:
+            return Result(self.name, False, details, self.flagged)
         return Result(self.name, True, details)

@@ -184,3 +184,38 @@ def test_monitor_records_gpu_readings_per_round(tmp_path):
     assert len(ops) == 4 * TELE.count
     assert ops[-1].value["phase"] == "drain" and ops[0].value["gpu"]["mem_total_mb"] > 0
     assert run_checker(ops).valid is True
+
+
+def run_explained(ops, **extra):
+    from invariants.gpu import ThrottleExplained
+    from invariants.slo import SLOTargets
+
+    c = ThrottleExplained()
+    c.start(RunContext(run_id="t", extra={"slo": SLOTargets(ttft_ms=20.0, after_heal_s=2.0),
+                                          **extra}))
+    for op in ops:
+        c.feed(op)
+    return c.result()
+
+
+def test_slo_breaches_outside_faults_are_explained_by_a_throttle_reason_or_flagged():
+    quiet = [gpu_op(0, 0, 1980, 0x0, 1600), *req_ops(1, 0.5, 1, 5.0)]
+    assert run_explained(quiet).valid is True  # no breach at all
+    # a slow request in steady state while NVML says SwPowerCap: explained
+    explained = [*quiet, gpu_op(3, 1.0, 1400, 0x4, 1600), *req_ops(4, 1.0, 2, 90.0),
+                 gpu_op(6, 5.0, 1980, 0x0, 1600)]
+    r = run_explained(explained)
+    assert r.valid is True and r.details["explained_by_throttle"] == 1, r.details
+    # a slow request with no slowdown reason anywhere near it: flagged
+    flagged = [*quiet, gpu_op(3, 1.0, 1980, 0x1, 1600), *req_ops(4, 3.0, 2, 90.0),
+               gpu_op(6, 9.0, 1980, 0x0, 1600)]
+    r = run_explained(flagged)
+    assert r.valid is False and r.details["flagged"] == 1 and r.counterexamples[0]["index"] == 5
+    # slow inside a fault window: that window's checkers judge it, not this one
+    in_fault = [*quiet, nem(3, 1.0, "inject", "begin"), nem(4, 1.1, "inject", "end"),
+                *req_ops(5, 1.5, 2, 90.0), nem(7, 2.0, "heal", "begin"),
+                nem(8, 2.1, "heal", "end"), gpu_op(9, 9.0, 1980, 0x0, 1600)]
+    assert run_explained(in_fault).valid is True
+    # breaches but no GPU readings at all: cannot be explained
+    r = run_explained(req_ops(0, 0.0, 1, 90.0))
+    assert r.valid == "unknown" and "no GPU readings" in r.details["why_unknown"]

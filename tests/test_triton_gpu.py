@@ -86,7 +86,9 @@ def test_triton_on_gpu_under_gpu_faults(tmp_path):
     pressure = phases["gpu_memory_pressure@triton-0"]["gpu"]
     assert pressure["mem_used_mb_max"] - steady["gpu"]["mem_used_mb_max"] > 0.55 * total, \
         (pressure, total)
-    assert phases["process_kill@triton-0"]["requests_ok"] == 0
+    # refused while the only replica was down (some sent after it was ready again, but
+    # before the heal's end op, may be served: 2 were on the H200)
+    assert phases["process_kill@triton-0"]["requests_fail"] > 0
     assert phases["after process_kill@triton-0"]["requests_ok"] > 0
     for name in ("no_silent_loss", "restart_readiness", "gpu_memory_back", "error_rate"):
         assert by_name[name]["valid"] is True, by_name[name]
