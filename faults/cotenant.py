@@ -41,6 +41,7 @@ from typing import Any
 from ordeal.config import state_dir
 from ordeal.procfs import environ as proc_environ
 from ordeal.procfs import start_time as proc_start_time
+from ordeal.procfs import status_kb
 from ordeal.topology import Node
 
 from .base import Fault, FaultError
@@ -68,13 +69,7 @@ def pids_with_tag(tag: str) -> list[int]:
 
 def rss_bytes(pid: int) -> int:
     """Resident set of one process (VmRSS), 0 if it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return status_kb(pid).get("VmRSS", 0) * 1024
 
 
 def mem_available_bytes() -> int:

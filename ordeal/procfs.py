@@ -12,6 +12,22 @@ import os
 from pathlib import Path
 
 
+def status_kb(pid: int | str = "self") -> dict[str, int]:
+    """The kB fields of /proc/<pid>/status (VmRSS, RssAnon, RssFile, ...);
+    {} when the process is gone."""
+    out = {}
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if len(parts) == 2 and parts[1] == "kB":
+            out[key] = int(parts[0])
+    return out
+
+
 def stat_fields(pid: int) -> list[str] | None:
     """Fields of /proc/<pid>/stat after the command name (state first), or
     None when the process is gone."""
