@@ -42,7 +42,7 @@ def parse_duration(text: str | float | int, setting: str = "duration") -> float:
     return seconds
 
 
-BACKENDS = ("local",)
+BACKENDS = ("local", "docker")
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,14 @@ class ClusterSpec:
     # Start replicas under libfaketime (wall clock only, ~0% overhead
     # measured) so clock_drift can move their clocks.
     clock_faults: bool = True
+    # --cluster docker only: the image every node runs (None: the suite's
+    # own base image, built here with debootstrap), and per-container limits
+    # (memory as Docker writes it, e.g. "4g"; CPUs as a fraction; GPUs for
+    # an engine with the NVIDIA container runtime).
+    docker_image: str | None = None
+    docker_memory: str | None = None
+    docker_cpus: float | None = None
+    docker_gpus: int = 0
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -79,3 +87,12 @@ class ClusterSpec:
                 f"host {self.host!r}: the local backend binds loopback only, "
                 "so that no traffic leaves the machine"
             )
+        if self.docker_cpus is not None and self.docker_cpus <= 0:
+            raise ConfigError(f"--docker-cpus {self.docker_cpus}: give a number of CPUs above "
+                              "zero (e.g. 1.5), or leave it out for no limit")
+        if self.docker_gpus < 0:
+            raise ConfigError(f"--docker-gpus {self.docker_gpus}: give 0 or more")
+        if self.backend != "docker" and (self.docker_image or self.docker_memory
+                                         or self.docker_cpus or self.docker_gpus):
+            raise ConfigError("--docker-image/--docker-memory/--docker-cpus/--docker-gpus "
+                              f"apply to --cluster docker only (this run: {self.backend})")

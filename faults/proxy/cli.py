@@ -3,7 +3,9 @@
     python -m faults.proxy --control 127.0.0.1:CPORT \\
         --link NAME=LISTENPORT:UPSTREAMHOST:UPSTREAMPORT [--link ...] --seed N
 
-Listens on 127.0.0.1 only and forwards only to loopback. Prints one line
+Listens on 127.0.0.1 and forwards only to loopback, unless the suite names
+a network it created with ``--allow-upstream CIDR`` (a Docker network of the
+run), on whose address ``--listen-host`` may then be too. Prints one line
 ``ORDEAL-PROXY READY control=HOST:PORT links=NAME=HOST:PORT>UHOST:UPORT,...``
 on stdout once every listener is up (port 0 picks a free port; the line
 says which), logs to stderr, and exits 0 on SIGTERM or SIGINT after closing
@@ -49,6 +51,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="control API address HOST:PORT (loopback only; port 0 = any free)")
     ap.add_argument("--link", action="append", default=[], metavar="NAME=LPORT:UHOST:UPORT",
                     help="a link to proxy; repeat for several")
+    ap.add_argument("--listen-host", default="127.0.0.1",
+                    help="address every link listens on (loopback, or in an --allow-upstream "
+                         "network)")
+    ap.add_argument("--allow-upstream", action="append", default=[], metavar="CIDR",
+                    help="a network the suite created that links may listen on and forward "
+                         "to (e.g. the run's Docker network); repeat for several")
     ap.add_argument("--seed", type=int, default=0, help="seed of toxicity and jitter draws")
     ap.add_argument("--log-level", default="INFO")
     return ap.parse_args(argv)
@@ -79,8 +87,10 @@ def main(argv: list[str] | None = None) -> int:
             raise LinkError(f"--control {args.control!r}: write HOST:PORT, e.g. 127.0.0.1:18100")
         if not args.link:
             raise LinkError("no --link given; add at least one NAME=LPORT:UHOST:UPORT")
-        specs = [LinkSpec.parse(text) for text in args.link]
-        proxy = FaultProxy(specs, host.strip("[]") or "127.0.0.1", int(port), args.seed)
+        allowed = tuple(args.allow_upstream)
+        specs = [LinkSpec.parse(text, args.listen_host, allowed) for text in args.link]
+        proxy = FaultProxy(specs, host.strip("[]") or "127.0.0.1", int(port), args.seed,
+                           allowed)
     except LinkError as e:
         print(f"ordeal-proxy: {e}", file=sys.stderr)
         return 2

@@ -30,16 +30,21 @@ class LinkSpec:
     upstream_host: str
     upstream_port: int
     listen_host: str = "127.0.0.1"
+    #: Networks besides loopback the link may listen on and forward to: only
+    #: ones the suite created (a Docker network of the run), named by it.
+    allowed: tuple[str, ...] = ()
 
     @classmethod
-    def parse(cls, text: str) -> "LinkSpec":
+    def parse(cls, text: str, listen_host: str = "127.0.0.1",
+              allowed: tuple[str, ...] = ()) -> "LinkSpec":
         """``NAME=LISTENPORT:UPSTREAMHOST:UPSTREAMPORT`` (listen port 0: any free one)."""
         name, sep, rest = text.partition("=")
         parts = rest.rsplit(":", 2) if sep else []
         if not name or len(parts) != 3 or not parts[0].isdigit() or not parts[2].isdigit():
             raise LinkError(f"--link {text!r}: write NAME=LISTENPORT:UPSTREAMHOST:UPSTREAMPORT, "
                             "e.g. router-replica-0=18101:127.0.0.1:18001")
-        spec = cls(name, int(parts[0]), parts[1].strip("[]"), int(parts[2]))
+        spec = cls(name, int(parts[0]), parts[1].strip("[]"), int(parts[2]), listen_host,
+                   tuple(allowed))
         spec.check()
         return spec
 
@@ -52,11 +57,13 @@ class LinkSpec:
                 raise LinkError(f"link {self.name}: {what} {port} is out of range 0..65535")
         if self.upstream_port == 0:
             raise LinkError(f"link {self.name}: the upstream port must not be 0")
-        require_loopback(self.upstream_host, f"link {self.name}: upstream")
+        require_loopback(self.upstream_host, f"link {self.name}: upstream", self.allowed)
+        require_loopback(self.listen_host, f"link {self.name}: listen address", self.allowed)
 
 
-def require_loopback(host: str, what: str) -> None:
-    """The proxy only ever connects to this machine: traffic never leaves it."""
+def require_loopback(host: str, what: str, allowed: tuple[str, ...] = ()) -> None:
+    """The proxy only ever connects to this machine: loopback, or a network
+    the suite created and names in ``allowed`` (``--allow-upstream``)."""
     if host == "localhost":
         return
     try:
@@ -64,10 +71,16 @@ def require_loopback(host: str, what: str) -> None:
     except ValueError:
         raise LinkError(f"{what} {host!r} is not an IP address; the fault proxy only forwards "
                         "to loopback (127.0.0.0/8, ::1, localhost)") from None
-    if not addr.is_loopback:
-        raise LinkError(f"{what} {host} is not a loopback address; the fault proxy only "
-                        "forwards to loopback (127.0.0.0/8, ::1) so that no traffic leaves "
-                        "the machine")
+    try:
+        nets = [ipaddress.ip_network(c, strict=False) for c in allowed]
+    except ValueError as e:
+        raise LinkError(f"--allow-upstream {allowed}: not a network ({e})") from None
+    if not addr.is_loopback and not any(addr in n for n in nets):
+        raise LinkError(f"{what} {host} is not a loopback address"
+                        + (f" nor in {', '.join(allowed)}" if allowed else "")
+                        + "; the fault proxy only forwards to loopback (127.0.0.0/8, ::1) and "
+                        "to networks the suite created (--allow-upstream) so that no traffic "
+                        "leaves the machine")
 
 
 class ProxyLink:

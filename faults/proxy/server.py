@@ -17,12 +17,12 @@ READY_PREFIX = "ORDEAL-PROXY READY"
 
 class FaultProxy:
     def __init__(self, links: Sequence[LinkSpec], control_host: str = "127.0.0.1",
-                 control_port: int = 0, seed: int = 0):
+                 control_port: int = 0, seed: int = 0, allowed: tuple[str, ...] = ()):
         names = [s.name for s in links]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise LinkError(f"link name(s) {dupes} given more than once; names must be unique")
-        require_loopback(control_host, "control address")
+        require_loopback(control_host, "control address", allowed)
         self.links = {s.name: ProxyLink(s, seed) for s in links}
         self.control_host = control_host
         self.control_port = control_port
