@@ -55,6 +55,12 @@ def bucket_width_for(duration_s: float | None) -> float:
 
 
 def run_duration_s(summary: dict[str, Any]) -> float | None:
+    """The run's length: summary ``duration_s`` (monotonic clock), else the
+    difference of its wall times (older summaries; wrong if the clock was
+    stepped during the run)."""
+    d = summary.get("duration_s")
+    if isinstance(d, (int, float)) and not isinstance(d, bool) and d >= 0:
+        return float(d)
     try:
         t0 = datetime.fromisoformat(str(summary["started"]))
         t1 = datetime.fromisoformat(str(summary["ended"]))

@@ -25,13 +25,18 @@ def build_summary(*, run_id: str, suite: str, started: str, ended: str,
                   nemesis_counts: dict[str, int], faults: list[dict[str, Any]],
                   invariants: list[dict[str, Any]], workload: dict[str, Any],
                   errors: list[str] | None = None,
-                  schedule: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                  schedule: list[dict[str, Any]] | None = None,
+                  duration_s: float | None = None) -> dict[str, Any]:
+    """``duration_s``: how long the run took by the monotonic clock (the
+    wall times ``started``/``ended`` are for people: a clock stepped back
+    mid-run makes ``ended`` earlier than ``started``)."""
     return {
         "schema": SCHEMA_VERSION,
         "run_id": run_id,
         "suite": suite,
         "started": started,
         "ended": ended,
+        "duration_s": None if duration_s is None else round(max(0.0, duration_s), 3),
         "cluster": cluster,
         "workload": workload,
         "ops": {

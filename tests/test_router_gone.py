@@ -1,0 +1,161 @@
+"""The router dies and never returns (issue 11): the run notices within its
+grace time, stops the load, heals the fault it holds, keeps its history whole
+and ends with RouterGone naming the router, its exit status, its last log
+lines and what to do. The kill comes from outside the fault machinery
+(``os.kill`` on the router's pid), and nothing restarts it during the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import threading
+import time
+import urllib.request
+
+import pytest
+from harness_checks import pair_requests, read_intact
+
+from faults.factory import build_faults
+from faults.ledger import Ledger
+from faults.proxy.client import ProxyClient
+from fixtures.ports import free_ports
+from fixtures.processes import ManagedProcess
+from fixtures.router_watch import RouterGone, RouterWatch, exit_status_text
+from fixtures.run import OrdealRun, PlannedFault
+from fixtures.vllm_engine import SERVED_MODEL_NAME, LocalNode
+from fixtures.workload import WorkloadSpec
+from ordeal.topology import Endpoint
+from reports.run_dir import RunDir
+
+
+def test_exit_status_text_names_the_signal():
+    assert exit_status_text(-9) == "killed by SIGKILL (exit status -9)"
+    assert exit_status_text(3) == "exited with status 3"
+    assert "running" in exit_status_text(None)
+
+
+def test_watch_sees_a_real_process_die_and_waits_out_its_grace(tmp_path, health_server_argv):
+    """A real HTTP server process stands in for the router: while it serves
+    the watch waits; killed, the watch reports it after the grace time, not
+    before, and not while a fault is said to hold it down."""
+    port = free_ports(1, "127.0.0.1")[0]
+    proc = ManagedProcess("router", health_server_argv(port), dict(os.environ),
+                          tmp_path / "router.log", "watch-test")
+    node = LocalNode("router", "router", Endpoint("127.0.0.1", port), proc, "")
+    proc.start()
+    try:
+        node.wait_ready(30)
+        held = {"down": True}
+        watch = RouterWatch(node, grace_s=1.5, interval_s=0.1,
+                            expected_down=lambda: held["down"])
+
+        async def scenario() -> tuple[float, str]:
+            task = asyncio.create_task(watch.wait_gone())
+            await asyncio.sleep(0.5)
+            assert not task.done(), "the watch gave up on a router that serves"
+            os.kill(proc.pid, signal.SIGKILL)
+            await asyncio.sleep(2.5)  # longer than the grace, but a fault "holds" it down
+            assert not task.done(), "a router down on purpose counted against its grace"
+            held["down"] = False
+            t0 = time.monotonic()
+            message = await asyncio.wait_for(task, 10)
+            return time.monotonic() - t0, message
+
+        took, message = asyncio.run(scenario())
+        assert 1.4 <= took <= 4.0, took
+        assert "killed by SIGKILL (exit status -9)" in message, message
+        assert f"pid {proc.pid}" in message and "refuses connections" in message, message
+        assert str(tmp_path / "router.log") in message and "what to do" in message, message
+        assert "CHILDPID=" in message  # the last log lines are in it
+    finally:
+        proc.stop()
+
+
+def _complete(url: str) -> dict:
+    body = json.dumps({"model": SERVED_MODEL_NAME, "prompt": "hello", "max_tokens": 4,
+                       "temperature": 0}).encode()
+    req = urllib.request.Request(f"{url}/v1/completions", data=body,
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+def test_router_killed_for_good_stops_the_run_heals_and_says_why(ordeal_cluster, ordeal_say,
+                                                                  tmp_path):
+    cluster = ordeal_cluster
+    router = cluster.router
+    link = cluster.link("router-replica-0")
+    proxy = ProxyClient(link.control)
+    run = OrdealRun(RunDir.create(tmp_path, "router-gone"), "router-gone", cluster, ordeal_say)
+    ledger = Ledger()
+    [fault] = build_faults("network_latency", link.name, cluster, run.run_id, ledger,
+                           random.Random(0), {"latency_ms": 30})
+    grace = 5.0
+    spec = WorkloadSpec(duration_s=120.0, rate=6.0, seed=11, max_tokens=(8, 16), timeout_s=20)
+    killed: dict = {}
+
+    def kill_router_once_the_fault_is_in() -> None:
+        deadline = time.monotonic() + 60
+        while not fault.active and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(3.0)  # requests flow through the router with the toxic in place
+        killed["pid"] = router.pid
+        killed["at"] = time.monotonic()
+        os.kill(router.pid, signal.SIGKILL)  # from outside the fault machinery
+
+    killer = threading.Thread(target=kill_router_once_the_fault_is_in, daemon=True)
+    killer.start()
+    try:
+        with pytest.raises(RouterGone) as e:
+            run.load(spec, faults=[PlannedFault(fault, after_s=2.0, hold_s=100.0)], max_s=150,
+                     router_grace_s=grace)
+        took = time.monotonic() - killed["at"]
+        message = str(e.value)
+        ordeal_say(f"router gone after {took:.1f}s: {message.splitlines()[0]}")
+        summary = run.finish()
+        killer.join(5)
+
+        # Noticed after the grace time, and stopped soon after (not at the
+        # fault's 100 s hold or the load's 120 s): in-flight requests fail fast.
+        assert grace <= took <= grace + 25, took
+        # A clear message: which router, its exit status, its log, what to do.
+        assert (f"the router (router at {router.endpoint.url}, pid {killed['pid']}) is gone"
+                in message), message
+        assert "killed by SIGKILL (exit status -9)" in message, message
+        assert str(router.process.log_path) in message and "    | " in message, message
+        assert "\x1b[" not in message, "colour codes of the router's log in the message"
+        assert "what to do" in message, message
+        # Healed: no toxic left on the link, no ledger entry of the run.
+        assert proxy.toxics(link.name) == []
+        assert not fault.active
+        assert not [x for x in ledger.pending()
+                    if not isinstance(x, str) and x.run_id == run.run_id]
+        # The stop is in the summary the way other stops are, and fails the verdict.
+        assert summary["stopped"] == message
+        assert message in summary["errors"] and summary["verdict"] != "pass", summary
+        assert summary["duration_s"] and summary["duration_s"] < 100, summary["duration_s"]
+        # The history is whole (CRC-checked chunks), every request has its
+        # end, and nothing was sent after the stop was recorded.
+        ops = read_intact(run.run_dir.history_path)
+        pairs = pair_requests(ops)
+        [stop] = [op for op in ops if op.f == "router_gone"]
+        assert stop.value["exit_code"] == -9 and stop.value["pid"] == killed["pid"], stop
+        assert not [inv for inv, _ in pairs if inv.index > stop.index]
+        assert [o for o in ops if o.process == "nemesis" and o.f == "heal"
+                and o.value.get("phase") == "end"], "the heal was not recorded"
+        before = [done for inv, done in pairs if inv.time_ns < killed["at"] * 1e9 - 1e9]
+        assert sum(d.type == "ok" for d in before) >= 5, "no traffic before the kill"
+    finally:
+        killer.join(30)
+        fault.heal()  # idempotent; a no-op when the run healed it
+        if not router.is_running():  # give the session its cluster back
+            router.start()
+            router.wait_ready(60)
+    answer = _complete(cluster.entrypoint.url)  # the cluster serves again
+    assert answer["choices"][0]["text"] is not None
