@@ -130,14 +130,14 @@ def drift_spec(offset_s: float, rate: float, since_start_s: float) -> str:
     return f"{offset_s - (rate - 1.0) * since_start_s:+.3f} x{rate:g}"
 
 
-def process_started_epoch(pid: int) -> float:
-    """Wall-clock time a process started (btime + its start ticks)."""
+def process_age_s(pid: int) -> float:
+    """How long a process has run, on the boot-time clock (its start in
+    /proc is counted from boot): a wall clock stepped meanwhile (NTP, an
+    operator, this very fault on our own host) does not change it."""
     start = proc_start_time(pid)
     if start is None:
         raise FaultError(f"clock_drift: process {pid} is gone; is the node running?")
-    btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                 if line.startswith("btime "))
-    return btime + int(start) / os.sysconf("SC_CLK_TCK")
+    return time.clock_gettime(time.CLOCK_BOOTTIME) - int(start) / os.sysconf("SC_CLK_TCK")
 
 
 def lead_pid(node: Node) -> int:
@@ -151,6 +151,11 @@ def lead_pid(node: Node) -> int:
 
 class ClockDrift(Fault):
     kind = "clock_drift"
+    needs_root = False
+    privilege = (
+        "rewrites the node's libfaketime control file, which the suite created when it "
+        "started the node under LD_PRELOAD=libfaketime; it never sets the host's clock, "
+        'so it needs write access to that file, not root')
 
     def __init__(self, node: Node, run_id: str, ledger: Ledger, mode: str = "offset",
                  offset_s: float = 3600.0, rate: float = 1.5, strobe_period_s: float = 4.0):
@@ -208,7 +213,7 @@ class ClockDrift(Fault):
             write_clock(clock_file, spec)
             return {**done, "spec": spec, "offset_s": self.offset_s}
         if self.mode == "drift":
-            since = time.time() - process_started_epoch(lead_pid(self.node))
+            since = process_age_s(lead_pid(self.node))
             spec = drift_spec(self.offset_s, self.rate, since)
             write_clock(clock_file, spec)
             return {**done, "spec": spec, "offset_s": self.offset_s, "rate": self.rate,

@@ -368,6 +368,12 @@ class History:
             self._unsynced = False
         self._fsync(f)
 
+    def now_ns(self) -> int:
+        """The ``time_ns`` an op appended now would get (the monotonic clock,
+        continued across a resume). Store it to measure a duration against a
+        later op's ``time_ns``: unlike the wall clock, it never steps."""
+        return time.monotonic_ns() + self._time_offset_ns
+
     def flush(self) -> None:
         """Seal the open chunk and fsync: everything appended so far is
         verified and on disk when this returns."""
@@ -557,11 +563,13 @@ class History:
         r = self.resumed or Resumed()
         opens = list(r.open_invokes if open_invokes is None else open_invokes)
         now = utc_iso()
-        then = _parse_iso(r.last_wall)
-        down = _parse_iso(now)
+        # How long the harness was down, on the history's own clock (the
+        # monotonic one, continued across a reboot by the resume's offset):
+        # the wall clock may have been stepped meanwhile, even backwards.
+        down_s = (round(max(0, self.now_ns() - r.last_time_ns) / 1e9, 3)
+                  if r.last_time_ns is not None else None)
         gap = self.append("info", MONITOR, "gap", {
-            "from": r.last_wall, "to": now,
-            "down_s": round(down - then, 3) if then is not None and down is not None else None,
+            "from": r.last_wall, "to": now, "down_s": down_s,
             "reason": reason, "open_invokes": len(opens), "ops_before": r.ops,
             "last_index_before": r.last_index, "time_offset_ns": r.time_offset_ns})
         for inv in opens:
