@@ -1,0 +1,154 @@
+"""Item 1 of the performance issue: load generator capacity.
+
+Ordeal's workload client and vLLM's own benchmark client, each in its own
+process pinned to core 0, against the bench SSE server (bench/sse_server.py)
+pinned to core 1; the same rate steps for both, alternating which goes first.
+
+- Rate ladder: open loop, steady arrivals, 16-token streams at 10 ms ITL.
+- Stream ladder: closed loop of C concurrent streams, 40 tokens at 50 ms ITL.
+
+A step is *sustained* when every request succeeded, the achieved rate is at
+least 95% of the target (rate ladder), the client was not CPU-bound (its CPU
+share under 0.9 of its core) and its timing error stays small: dispatch lag
+and chunk lag medians under ``LAG_P50_MS``. p99 lags are recorded, not judged:
+on a machine shared with other tenants (load average 4-10 on 2 cores while
+this was written) they measure the scheduler more than the client. The
+server's own CPU share over the same window is recorded for every step:
+above 0.8 the server, not the client, may be the limit. ``cpu_ceiling_rps``
+= 1 / (client CPU seconds per request) is the contention-proof estimate of
+what one core can drive.
+
+    python -m bench.bench_load [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import PY, Child, cpu_seconds, progress, r, start_sse_server, write_json
+
+LAG_P50_MS = 5.0
+CPU_BOUND = 0.9
+RATES_QUICK = [50, 100, 200, 400, 800]
+RATES_FULL = [50, 100, 200, 300, 400, 600, 800, 1200, 1600]
+STREAMS_QUICK = [64, 256, 512, 1024]
+STREAMS_FULL = [64, 128, 256, 512, 1024, 2048]
+
+
+def sustained(res: dict[str, Any], target_rps: float | None) -> tuple[bool, str]:
+    why = []
+    if res["ok"] < res["sent"] or res["sent"] == 0:
+        why.append(f"{res['sent'] - res['ok']} of {res['sent']} requests not ok")
+    if target_rps and res["achieved_rps"] < 0.95 * target_rps:
+        why.append(f"achieved {res['achieved_rps']} of {target_rps} req/s")
+    if res["cpu_share"] >= CPU_BOUND:
+        why.append(f"client CPU-bound ({res['cpu_share']:.2f} of a core)")
+    for key in ("dispatch_lag_ms", "chunk_lag_ms"):
+        p50 = res[key]["p50"]
+        if p50 is not None and p50 > LAG_P50_MS:
+            why.append(f"{key.replace('_ms', '')} p50 {p50:.1f} ms > {LAG_P50_MS:g}")
+    return not why, "; ".join(why)
+
+
+def one(client: str, url: str, tmp: Path, server_pid: int, duration: float, tokens: int,
+        itl_ms: float, rate: float | None = None, concurrency: int | None = None
+        ) -> dict[str, Any]:
+    out = tmp / f"{client}-{rate}-{concurrency}.json"
+    argv = [PY, "-m", "bench.load_clients", client, "--url", url, "--duration", str(duration),
+            "--tokens", str(tokens), "--itl-ms", str(itl_ms), "--cpu", "0", "--out", str(out)]
+    argv += ["--rate", str(rate)] if rate else ["--concurrency", str(concurrency)]
+    samples: list[tuple[float, float]] = []
+    child = Child(argv, tmp / f"{client}.log")
+    while child.proc.poll() is None:  # the server's CPU, to cut out the load's window
+        samples.append((time.monotonic(), cpu_seconds(server_pid)))
+        time.sleep(0.1)
+    rc = child.proc.wait()
+    if rc != 0 or not out.exists():
+        return {"client": client, "error": f"exit {rc}; see {tmp / f'{client}.log'}"}
+    res = json.loads(out.read_text())
+    inside = [s for s in samples if res["t_start"] <= s[0] <= res["t_end"]]
+    res["server_cpu_share"] = (r((inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0]),
+                                2) if len(inside) > 2 else None)
+    res["loadavg_1m"] = os.getloadavg()[0]
+    per_req = res["cpu_s"] / res["ok"] if res["ok"] else None
+    res["cpu_ceiling_rps"] = r(1 / per_req, 0) if per_req else None
+    ok, why = sustained(res, rate)
+    res["sustained"], res["why_not"] = ok, why
+    return res
+
+
+def ladder(kind: str, steps: list[int], url: str, tmp: Path, server_pid: int,
+           duration: float, tokens: int, itl_ms: float) -> dict[str, list[dict[str, Any]]]:
+    runs: dict[str, list[dict[str, Any]]] = {"ordeal": [], "vllm": []}
+    failed = {"ordeal": 0, "vllm": 0}
+    for i, step in enumerate(steps):
+        order = ["ordeal", "vllm"] if i % 2 == 0 else ["vllm", "ordeal"]
+        for client in order:
+            if failed[client] >= 2:
+                continue  # two steps in a row not sustained: this client's limit is found
+            kw = {"rate": step} if kind == "rate" else {"concurrency": step}
+            res = one(client, url, tmp, server_pid, duration, tokens, itl_ms, **kw)
+            res["step"] = step
+            runs[client].append(res)
+            if "error" in res:
+                progress(f"load {kind} {step}: {client} failed: {res['error']}")
+                failed[client] = 2
+                continue
+            failed[client] = 0 if res["sustained"] else failed[client] + 1
+            progress(f"load {kind} {step:>5}: {client:6} ok {res['ok']}/{res['sent']} "
+                     f"{res['achieved_rps']:7.1f} req/s, dispatch lag p99 "
+                     f"{res['dispatch_lag_ms']['p99']} ms, chunk lag p50/p99 "
+                     f"{res['chunk_lag_ms']['p50']}/{res['chunk_lag_ms']['p99']} ms, "
+                     f"{res['cpu_us_per_chunk']} us CPU/chunk, client CPU "
+                     f"{res['cpu_share']:.2f}, server CPU {res['server_cpu_share']}, load "
+                     f"{res['loadavg_1m']:.1f}"
+                     + ("" if res["sustained"] else f"  NOT sustained: {res['why_not']}"))
+    return runs
+
+
+def best(runs: list[dict[str, Any]]) -> int | None:
+    ok = [x["step"] for x in runs if x.get("sustained")]
+    return max(ok) if ok else None
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="ordeal-bench-load-"))
+    duration = 4.0 if quick else 8.0
+    out: dict[str, Any] = {"lag_p50_limit_ms": LAG_P50_MS, "cpu_bound": CPU_BOUND,
+                           "duration_s": duration}
+    for kind, steps, tokens, itl in (
+            ("rate", RATES_QUICK if quick else RATES_FULL, 16, 10.0),
+            ("streams", STREAMS_QUICK if quick else STREAMS_FULL, 40, 50.0)):
+        server, port = start_sse_server(itl, cpu=1, log=tmp / f"server-{kind}.log")
+        try:
+            progress(f"load: {kind} ladder {steps}, {tokens} tokens at {itl:g} ms ITL, "
+                     f"{duration:g} s per step, client on core 0, server on core 1")
+            runs = ladder(kind, steps, f"http://127.0.0.1:{port}", tmp, server.pid, duration,
+                          tokens, itl)
+        finally:
+            server.stop()
+        out[kind] = {"tokens": tokens, "itl_ms": itl, "runs": runs,
+                     "max_sustained": {c: best(v) for c, v in runs.items()}}
+    # The client's own per-chunk figures at a load both sustain (the lowest rate).
+    low = {c: out["rate"]["runs"][c][0] for c in ("ordeal", "vllm") if out["rate"]["runs"][c]}
+    out["per_chunk_at_lowest_rate"] = {
+        c: {"chunk_lag_p50_ms": v.get("chunk_lag_ms", {}).get("p50"),
+            "chunk_lag_p99_ms": v.get("chunk_lag_ms", {}).get("p99"),
+            "cpu_us_per_chunk": v.get("cpu_us_per_chunk"),
+            "cpu_ceiling_rps": v.get("cpu_ceiling_rps")} for c, v in low.items()}
+    write_json("load", out)
+    return out
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    print(json.dumps({k: v for k, v in run(a.quick).items() if k not in ("rate", "streams")},
+                     indent=2))

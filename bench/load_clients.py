@@ -1,0 +1,197 @@
+"""One load-generator run in its own process, pinned to one core, against the
+bench SSE server: either Ordeal's workload client (fixtures/workload.py with
+a real History) or vLLM's own benchmark client (vllm.benchmarks.serve, the
+module behind ``vllm bench serve``). Writes one JSON of figures.
+
+    python -m bench.load_clients ordeal --url URL --rate R --duration S --tokens T --out F
+    python -m bench.load_clients vllm   --url URL --rate R --duration S --tokens T --out F
+    (--concurrency C for a closed loop of C streams instead of a rate)
+
+Figures, computed the same way for both clients:
+- sent/ok and the achieved request rate (ok requests / planned duration);
+- dispatch lag: when a request was sent vs when its plan said (uniform arrivals);
+- chunk lag: when the client recorded a chunk vs when the server wrote it (the
+  server puts its CLOCK_MONOTONIC ns in each chunk's text; both clocks are
+  CLOCK_MONOTONIC on this machine): transport plus the client's own delay;
+- client CPU seconds per chunk while the load ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import ROOT, pct, r
+
+sys.path.insert(0, str(ROOT))
+
+UNIFORM = 1e6  # gamma shape: arrivals at a steady pace, the same for both clients
+
+
+def cpu_now() -> float:
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
+
+
+def summarize(planned_n: int, duration: float, sent: int, ok: int, dispatch_ms: list[float],
+              chunk_lag_ms: list[float], chunks: int, cpu_s: float, wall_s: float,
+              ttft_ms: list[float], itl_ms: list[float]) -> dict[str, Any]:
+    return {
+        "planned": planned_n, "sent": sent, "ok": ok,
+        "achieved_rps": r(ok / duration, 2), "chunks": chunks,
+        "dispatch_lag_ms": {"p50": r(pct(dispatch_ms, 50)), "p99": r(pct(dispatch_ms, 99)),
+                            "max": r(max(dispatch_ms) if dispatch_ms else None)},
+        "chunk_lag_ms": {"p50": r(pct(chunk_lag_ms, 50)), "p99": r(pct(chunk_lag_ms, 99)),
+                         "max": r(max(chunk_lag_ms) if chunk_lag_ms else None)},
+        "ttft_ms": {"p50": r(pct(ttft_ms, 50)), "p99": r(pct(ttft_ms, 99))},
+        "itl_ms": {"p50": r(pct(itl_ms, 50)), "p99": r(pct(itl_ms, 99))},
+        "cpu_s": r(cpu_s), "wall_s": r(wall_s), "cpu_share": r(cpu_s / wall_s if wall_s else 0),
+        "cpu_us_per_chunk": r(cpu_s / chunks * 1e6, 2) if chunks else None,
+    }
+
+
+def stamps(text: str) -> list[int]:
+    out = []
+    for w in text.split():
+        try:
+            out.append(int(w))
+        except ValueError:
+            pass
+    return out
+
+
+# -- Ordeal's client ---------------------------------------------------------
+
+def run_ordeal(args: argparse.Namespace) -> dict[str, Any]:
+    from fixtures.workload import WorkloadRunner, WorkloadSpec, plan_requests
+    from ordeal.history import History, read_history
+
+    closed = args.concurrency is not None
+    spec = WorkloadSpec(
+        duration_s=args.duration, mode="closed" if closed else "open",
+        rate=args.rate or 1.0, burstiness=UNIFORM, concurrency=args.concurrency or 1,
+        prompt_words=(8, 8), max_tokens=(args.tokens, args.tokens), stream_share=1.0,
+        chat_share=0.0, canary_every=0, temperature=0.0, timeout_s=60.0,
+        max_in_flight=max(4096, (args.concurrency or 0) + 16))
+    tmp = Path(tempfile.mkdtemp(prefix="ordeal-bench-load-"))
+    hist = History(tmp / "history.jsonl")
+    runner = WorkloadRunner(spec, args.url, hist, progress=None)
+    c0, w0 = cpu_now(), time.monotonic()
+    asyncio.run(runner.run())
+    cpu_s, wall_s = cpu_now() - c0, time.monotonic() - w0
+    args.window = (w0, w0 + wall_s)
+    hist.close()
+    plan = [] if closed else [p.at_s for p in plan_requests(spec, limit_s=args.duration)]
+    invokes: dict[Any, int] = {}
+    inv_seq: dict[Any, int] = {}
+    dispatch, lag, ttft, itl = [], [], [], []
+    sent = ok = chunks = 0
+    t_first = None
+    for op in read_history(tmp / "history.jsonl"):
+        if op.type == "invoke":
+            sent += 1
+            key = (op.process, op.value["seq"])
+            invokes[key] = op.time_ns
+            if not closed:
+                if t_first is None:
+                    t_first = op.time_ns - plan[0] * 1e9
+                dispatch.append((op.time_ns - t_first - plan[op.value["seq"]] * 1e9) / 1e6)
+            continue
+        if op.type != "ok":
+            continue
+        ok += 1
+        v = op.value
+        start = invokes.get((op.process, v.get("seq")))
+        ttft.append(v["ttft_ms"])
+        itl.extend(v.get("itl_ms") or [])
+        for c in (v.get("stream") or {}).get("chunks") or []:
+            chunks += 1
+            st = stamps(c.get("text") or "")
+            if st and start is not None:
+                # start_ns is taken right after the invoke op's time (tens of µs later),
+                # so this overstates the lag by that much at most.
+                lag.append((start + c["t_ms"] * 1e6 - st[0]) / 1e6)
+    return summarize(len(plan) if plan else sent, args.duration, sent, ok, dispatch, lag, chunks,
+                     cpu_s, wall_s, ttft, itl)
+
+
+# -- vLLM's client -------------------------------------------------------------
+
+def run_vllm(args: argparse.Namespace) -> dict[str, Any]:
+    from bench.vllm_client import run
+    from fixtures.workload import WorkloadSpec, plan_requests
+
+    tmp = Path(tempfile.mkdtemp(prefix="ordeal-bench-vllm-"))
+    closed = args.concurrency is not None
+    n = (args.concurrency * max(1, round(args.duration * 1000 / (args.tokens * args.itl_ms)))
+         if closed else max(1, int(args.rate * args.duration)))
+    spec = WorkloadSpec(prompt_words=(8, 8), max_tokens=(args.tokens, args.tokens),
+                        canary_every=0, stream_share=1.0, chat_share=0.0, mode="closed")
+    prompts = [{"prompt": p.prompt, "max_tokens": args.tokens}
+               for p, _ in zip(plan_requests(spec), range(n))]
+    res = run(args.url, prompts, tmp / "out.json", rate=args.rate,
+              concurrency=args.concurrency, burstiness=UNIFORM)
+    cpu = {"cpu_s": res["cpu_s"], "wall_s": res["wall_s"]}
+    args.window = (res["t_start"], res["t_start"] + res["wall_s"])
+    starts = res["start_times"]
+    dispatch, lag, ttft, itl = [], [], [], []
+    chunks = ok = 0
+    for i, (st, tt, itls, text, err) in enumerate(zip(starts, res["ttfts"], res["itls"],
+                                                     res["generated_texts"], res["errors"])):
+        if not closed:
+            dispatch.append((st - starts[0] - i / args.rate) * 1e3)
+        if err or not tt:
+            continue
+        ok += 1
+        ttft.append(tt * 1e3)
+        itl.extend(x * 1e3 for x in itls)
+        t = st + tt
+        recv = [t]
+        for x in itls:
+            t += x
+            recv.append(t)
+        server = stamps(text)
+        chunks += len(recv)
+        for a, b in zip(recv, server):
+            lag.append((a * 1e9 - b) / 1e6)
+    out = summarize(n, args.duration if not closed else cpu.get("wall_s", args.duration),
+                    len(starts), ok, dispatch, lag, chunks, cpu.get("cpu_s", 0.0),
+                    cpu.get("wall_s", 0.0), ttft, itl)
+    out["vllm_reported"] = {k: res.get(k) for k in ("request_throughput", "completed", "failed",
+                                                     "duration", "median_ttft_ms", "p99_ttft_ms",
+                                                     "median_itl_ms", "p99_itl_ms")}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("client", choices=["ordeal", "vllm"])
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--rate", type=float, default=None)
+    ap.add_argument("--concurrency", type=int, default=None)
+    ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--itl-ms", type=float, default=10.0, help="the server's, for sizing")
+    ap.add_argument("--cpu", type=int, default=None, help="pin to this core")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
+    import logging
+    logging.disable(logging.WARNING)
+    out = run_ordeal(args) if args.client == "ordeal" else run_vllm(args)
+    out.update({"t_start": args.window[0], "t_end": args.window[1], "client": args.client, "rate": args.rate, "concurrency": args.concurrency,
+                "duration_s": args.duration, "tokens": args.tokens})
+    Path(args.out).write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
