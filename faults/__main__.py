@@ -8,10 +8,30 @@ their entries are closed and reported.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .heal_all import heal_all
 from .ledger import Ledger
+
+
+def catalogue_lines() -> list[str]:
+    """One block per kind: ``kind  root: yes|no``, then why (and, for a
+    kind that needs root, what to use without it)."""
+    from .base import REGISTRY, is_root, user_name
+    from .catalogue import KINDS
+    lines = []
+    for kind in KINDS:
+        cls = REGISTRY[kind]
+        lines.append(f"{kind:<20} root: {'yes' if cls.needs_root else 'no '}  {cls.privilege}")
+        if cls.without_root:
+            lines.append(f"{'':<20}       without root: {cls.without_root}")
+    need = [k for k in KINDS if REGISTRY[k].needs_root]
+    lines.append(f"{len(KINDS)} kinds; {len(need)} need root ({', '.join(need)}); this harness "
+                 f"runs as {user_name()} (uid {os.geteuid()}): "
+                 + ("every kind can be injected" if is_root() else
+                    "those are refused before anything is touched"))
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,7 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     h = sub.add_parser("heal-all", help="heal every fault still in the ledger")
     h.add_argument("--ledger-dir", default=None, help="ledger directory (default: the state dir)")
     sub.add_parser("list", help="list the faults still in the ledger, and the known kinds")
+    sub.add_parser("catalogue", help="every fault kind, whether it needs root, and why")
     args = ap.parse_args(argv)
+    if args.cmd == "catalogue":
+        for line in catalogue_lines():
+            print(line)
+        return 0
     ledger = Ledger(getattr(args, "ledger_dir", None))
     if args.cmd == "list":
         pending = ledger.pending()

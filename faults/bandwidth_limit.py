@@ -12,6 +12,10 @@ from .link_fault import LinkFault, ToxicSpec, directions
 
 class BandwidthLimit(LinkFault):
     kind = "bandwidth_limit"
+    needs_root = False
+    privilege = (
+        "adds a bandwidth toxic through the fault proxy's control API on loopback; the "
+        'proxy is a process the suite started')
 
     def __init__(self, link: Link, run_id: str, ledger: Ledger, rate_kbps: float = 100.0,
                  direction: str = "downstream", slice_average_size: int | None = None,

@@ -11,6 +11,8 @@ Node.start, ...), never through a backend.
 
 from __future__ import annotations
 
+import os
+import pwd
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
@@ -25,8 +27,32 @@ class FaultError(RuntimeError):
     anything changed; the message says what was wrong and what to do."""
 
 
+class PrivilegeError(FaultError):
+    """A fault that needs root, asked of a harness that is not root. Raised
+    before the ledger or the system is touched."""
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def user_name() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
+
+
 class Fault(ABC):
     kind: ClassVar[str]
+    #: Least privilege: whether injecting this kind needs root, and why (or
+    #: why not). Listed by ``python -m faults catalogue``. A fault whose need
+    #: depends on how it acts (gpu_throttle: a cgroup quota on a CPU machine,
+    #: a CUDA co-tenant on a GPU) says so in ``root_reason``.
+    needs_root: ClassVar[bool] = False
+    privilege: ClassVar[str] = ""
+    #: What a user who cannot be root can use instead (for the refusal).
+    without_root: ClassVar[str] = ""
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -38,6 +64,21 @@ class Fault(ABC):
         self.run_id = run_id
         self.ledger = ledger
         self.entry: LedgerEntry | None = None
+
+    def root_reason(self) -> str | None:
+        """Why this fault, as configured, needs root; None when it does not."""
+        return self.privilege if self.needs_root else None
+
+    def _require_privilege(self) -> None:
+        why = self.root_reason()
+        if why is None or is_root():
+            return
+        raise PrivilegeError(
+            f"{self.kind} on {self.target}: refused, it needs root ({why}) and this harness "
+            f"runs as {user_name()} (uid {os.geteuid()}); nothing was changed. What to do: "
+            f"run the suite as root (e.g. sudo -E .venv/bin/python -m pytest ...), or leave "
+            f"{self.kind} out of the run (--faults without it)"
+            + (f", or use {self.without_root}" if self.without_root else "") + ".")
 
     def _preflight(self) -> None:
         """Refuse early, before the ledger or the system is touched: raise
@@ -69,6 +110,7 @@ class Fault(ABC):
     def inject(self) -> dict[str, Any]:
         if self.entry is not None:
             raise RuntimeError(f"{self.kind} on {self.target} is already injected")
+        self._require_privilege()  # before anything, even the preflight's probes
         self._preflight()
         self.entry = self.ledger.record(
             LedgerEntry(self.kind, self.target, self.run_id, self._inverse()))

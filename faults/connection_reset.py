@@ -15,6 +15,10 @@ from .link_fault import LinkFault, ToxicSpec, directions
 
 class ConnectionReset(LinkFault):
     kind = "connection_reset"
+    needs_root = False
+    privilege = (
+        "adds a reset toxic through the fault proxy's control API on loopback; the proxy "
+        'is a process the suite started')
 
     def __init__(self, link: Link, run_id: str, ledger: Ledger, timeout_ms: int = 0,
                  direction: str = "downstream", toxicity: float = 1.0):

@@ -27,6 +27,10 @@ HOST_RESERVE_BYTES = 2 * 2**30
 
 class GpuMemoryPressure(CotenantFault):
     kind = "gpu_memory_pressure"
+    needs_root = False
+    privilege = (
+        "starts a co-tenant process as the harness's user that holds memory (device "
+        'memory through CUDA on a GPU, host RAM on a CPU machine)')
 
     def __init__(self, node: Node, run_id: str, ledger: Ledger, backend: str = "auto",
                  device: int = 0, fraction: float = 0.8, mb: int = 1024):

@@ -34,6 +34,14 @@ CPU_QUOTA = "cpu-quota"
 
 class GpuThrottle(CotenantFault):
     kind = "gpu_throttle"
+    needs_root = True
+    privilege = (
+        'on a CPU-only machine it creates a cgroup under /sys/fs/cgroup and moves the '
+        "node's processes into it with a CPU quota (writing cgroup files); on a GPU "
+        '(backend cuda) it is a co-tenant CUDA process and needs no root')
+    without_root = (
+        'process_pause on the replica for a stall, or gpu_throttle on a GPU machine (a '
+        'CUDA co-tenant needs no root)')
 
     def __init__(self, node: Node, run_id: str, ledger: Ledger, backend: str = "auto",
                  device: int = 0, matmul_size: int = 8192, cpu_fraction: float = 0.2,
@@ -46,6 +54,10 @@ class GpuThrottle(CotenantFault):
         # plan (and so the name) goes into the ledger entry.
         self.cgroup_name = f"{cgroup.PREFIX}{self.tag[:12]}"
         self._quota: dict[str, Any] | None = None
+
+    def root_reason(self) -> str | None:
+        """Root only for the CPU quota: a CUDA co-tenant is an ordinary process."""
+        return None if self._resolve_backend() == "cuda" else super().root_reason()
 
     # --- CUDA: the co-tenant path of CotenantFault, unchanged --------------------
 

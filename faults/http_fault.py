@@ -33,6 +33,10 @@ MODES: dict[str, tuple[str, dict[str, Any]]] = {
 
 class HttpFault(LinkFault):
     kind = "http_fault"
+    needs_root = False
+    privilege = (
+        "adds an L7 toxic through the fault proxy's control API on loopback; the proxy is"
+        ' a process the suite started')
 
     def __init__(self, link: Link, run_id: str, ledger: Ledger, mode: str = "abort",
                  toxicity: float = 1.0, **attributes: Any):

@@ -19,6 +19,10 @@ MODES = {"drop": "sse_drop", "duplicate": "sse_duplicate", "reorder": "sse_reord
 
 class LsnJump(LinkFault):
     kind = "lsn_jump"
+    needs_root = False
+    privilege = (
+        "adds an SSE toxic through the fault proxy's control API on loopback; the proxy "
+        'is a process the suite started')
 
     def __init__(self, link: Link, run_id: str, ledger: Ledger, mode: str = "drop",
                  after_events: int = 2, count: int | None = None, toxicity: float = 1.0):

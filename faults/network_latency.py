@@ -15,6 +15,10 @@ from .link_fault import LinkFault, ToxicSpec, directions
 
 class NetworkLatency(LinkFault):
     kind = "network_latency"
+    needs_root = False
+    privilege = (
+        "adds a latency toxic through the fault proxy's control API on loopback; the "
+        'proxy is a process the suite started')
 
     def __init__(self, link: Link, run_id: str, ledger: Ledger, latency_ms: float = 100.0,
                  jitter_ms: float = 0.0, direction: str = "downstream", toxicity: float = 1.0):

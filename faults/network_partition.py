@@ -50,6 +50,13 @@ def partition_rules(endpoints: Sequence[Endpoint], mode: str) -> list[tuple[str,
 
 class NetworkPartition(ChainFault):
     kind = "network_partition"
+    needs_root = True
+    privilege = (
+        'adds iptables rules (a chain ORDEAL-<id>, jumped to from INPUT and OUTPUT) in'
+        " the node's network namespace: CAP_NET_ADMIN")
+    without_root = (
+        "connection_reset or http_fault on the node's link through the fault proxy (no "
+        'root)')
 
     def __init__(self, target: Node | Sequence[Node], run_id: str, ledger: Ledger,
                  mode: Mode = "drop"):

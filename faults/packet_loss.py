@@ -61,6 +61,13 @@ def loss_counters(rules: Sequence[RuleCounter]) -> LossCounters:
 
 class PacketLoss(ChainFault):
     kind = "packet_loss"
+    needs_root = True
+    privilege = (
+        'adds iptables rules that drop packets at random (statistic --mode random) in '
+        "the node's network namespace: CAP_NET_ADMIN")
+    without_root = (
+        "network_latency or bandwidth_limit on the node's link through the fault proxy "
+        '(no root)')
     hooks = ("INPUT",)
 
     def __init__(self, target: Node | Sequence[Node], run_id: str, ledger: Ledger,

@@ -21,6 +21,10 @@ from .ledger import Ledger, LedgerEntry
 
 class ProcessKill(Fault):
     kind = "process_kill"
+    needs_root = False
+    privilege = (
+        "sends SIGKILL to the node's own process group and restarts it; the harness "
+        'started the node as its own user')
 
     def __init__(self, node: Node, run_id: str, ledger: Ledger, restart: bool = True,
                  ready_timeout_s: float = 300.0):

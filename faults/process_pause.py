@@ -27,6 +27,7 @@ keeps routing to, which health_truthful exists to catch.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ordeal import procfs
+from ordeal.config import state_dir
 from ordeal.topology import Node
 
 from .base import Fault, FaultError
@@ -61,14 +63,36 @@ def proc_label(pid: int) -> str | None:
     return procfs.environ(pid).get(LABEL)
 
 
+def recorded_label(pgid: int) -> str | None:
+    """The run id of the process record the suite wrote when it started
+    the group (``$ORDEAL_STATE_DIR/procs/*.json``, fixtures.processes), if
+    its leader is still that process (same start time)."""
+    leader_start = procfs.start_time(pgid)
+    if leader_start is None:
+        return None
+    for path in (state_dir() / "procs").glob("*.json"):
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if rec.get("pgid") == pgid and rec.get("start_time") == leader_start:
+            return rec.get("run_id")
+    return None
+
+
 def run_label(pid: int) -> str | None:
     """The process's ORDEAL_RUN_ID; for one whose environment block was
-    overwritten (setproctitle), its group leader's."""
+    overwritten (setproctitle), its group leader's; for a group whose
+    environments cannot be read at all (a non-root harness may not read
+    /proc/<pid>/environ of a process that made itself non-dumpable, as
+    vllm-router does), the label of the suite's record of that group."""
     own = proc_label(pid)
     if own is not None:
         return own
     pgid = procfs.pgid(pid)
-    return proc_label(pgid) if pgid is not None and pgid != pid else None
+    if pgid is None:
+        return None
+    return (proc_label(pgid) if pgid != pid else None) or recorded_label(pgid)
 
 
 def proc_names(pid: int) -> str:
@@ -131,6 +155,10 @@ def wait_states(pids: list[int], stopped: bool, timeout: float = 10.0) -> list[i
 
 class ProcessPause(Fault):
     kind = "process_pause"
+    needs_root = False
+    privilege = (
+        "sends SIGSTOP/SIGCONT to the node's own process group; the harness started the "
+        'node as its own user')
 
     def __init__(self, node: Node, run_id: str, ledger: Ledger, only: str | None = None):
         super().__init__(node.name, run_id, ledger)
