@@ -2,7 +2,8 @@
 
 Prints one line per entry. Process faults whose cluster is gone need no
 repair (the next suite start ends leftover processes by their recorded ids);
-their entries are closed and reported.
+their entries are closed and reported. Then the Docker containers and
+networks of runs whose harness is gone are removed, by label.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import os
 import sys
 
+from .containers import remove_leftovers
 from .heal_all import heal_all
 from .ledger import Ledger
 
@@ -60,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in lines:
         print(line)
     print(f"healed {len(lines)} ledger entr{'y' if len(lines) == 1 else 'ies'} in {ledger.dir}")
+    for line in remove_leftovers():
+        print(line)
     return 0
 
 

@@ -171,9 +171,14 @@ def binary() -> str:
     return path
 
 
-def run(args: Sequence[str], check: bool = True) -> subprocess.CompletedProcess[str]:
-    """One iptables call (``-w``: wait for the lock, never fail on it)."""
+def run(args: Sequence[str], check: bool = True,
+        netns: int | None = None) -> subprocess.CompletedProcess[str]:
+    """One iptables call (``-w``: wait for the lock, never fail on it); with
+    ``netns`` (a pid), in that process's network namespace, entered from the
+    host with nsenter, so a container needs no capability for it."""
     cmd = [binary(), "-w", *args]
+    if netns is not None:
+        cmd = ["nsenter", "-t", str(netns), "-n", *cmd]
     try:
         done = subprocess.run(cmd, check=False, capture_output=True, text=True,
                               timeout=RUN_TIMEOUT_S)
@@ -187,11 +192,11 @@ def run(args: Sequence[str], check: bool = True) -> subprocess.CompletedProcess[
     return done
 
 
-def require_usable() -> None:
+def require_usable(netns: int | None = None) -> None:
     """Present, root, and able to read the filter table (a container without
     NET_ADMIN fails here): raise FaultError before anything is changed."""
     try:
-        run(["-S", "INPUT"])
+        run(["-S", "INPUT"], netns=netns)
     except IptablesError as e:
         raise FaultError(f"iptables cannot read the filter table ({e}); kernel network faults "
                          "need root with CAP_NET_ADMIN") from None
@@ -206,37 +211,37 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def list_chains() -> list[ChainInfo]:
+def list_chains(netns: int | None = None) -> list[ChainInfo]:
     """Every ORDEAL chain in the filter table, with the jumps to it."""
-    return parse_chains(run(["-S"]).stdout)
+    return parse_chains(run(["-S"], netns=netns).stdout)
 
 
-def chain_exists(name: str) -> bool:
-    return any(c.name == name for c in list_chains())
+def chain_exists(name: str, netns: int | None = None) -> bool:
+    return any(c.name == name for c in list_chains(netns))
 
 
-def create_chain(spec: ChainSpec) -> None:
+def create_chain(spec: ChainSpec, netns: int | None = None) -> None:
     """Build ``spec``. If any step fails, what was built is removed and the
     error is raised: a half-built chain is never left behind."""
     if not spec.name.startswith(CHAIN_PREFIX) or len(spec.name) > MAX_CHAIN_LEN:
         raise ValueError(f"chain {spec.name!r}: suite chains are named {CHAIN_PREFIX}<id>, "
                          f"at most {MAX_CHAIN_LEN} characters")
-    if chain_exists(spec.name):
+    if chain_exists(spec.name, netns):
         raise IptablesError(f"chain {spec.name} already exists; a fault id is used once. "
                             "Heal the old fault first (python -m faults heal-all)")
     try:
         for args in create_commands(spec):
-            run(args)
+            run(args, netns=netns)
     except BaseException as e:
         try:
-            remove_chain(spec.name)
+            remove_chain(spec.name, netns)
         except Exception as cleanup:  # noqa: BLE001 - keep the first error, note the second
             e.add_note(f"removing the half-built chain failed too: {cleanup}; "
                        "run python -m faults heal-all")
         raise
 
 
-def remove_chain(name: str) -> dict[str, object]:
+def remove_chain(name: str, netns: int | None = None) -> dict[str, object]:
     """Remove the jumps to ``name`` from every hook, then the chain itself.
     Idempotent: an absent chain or jump is fine. Refuses non-suite chains."""
     if not name.startswith(CHAIN_PREFIX):
@@ -244,19 +249,19 @@ def remove_chain(name: str) -> dict[str, object]:
                          f"{CHAIN_PREFIX}* chains")
     removed_jumps = 0
     for hook in HOOKS:
-        for tokens in jumps_to(run(["-S", hook]).stdout, name):
-            run(["-D", *tokens[1:]])
+        for tokens in jumps_to(run(["-S", hook], netns=netns).stdout, name):
+            run(["-D", *tokens[1:]], netns=netns)
             removed_jumps += 1
-    existed = chain_exists(name)
+    existed = chain_exists(name, netns)
     if existed:
-        run(["-F", name])
-        run(["-X", name])
+        run(["-F", name], netns=netns)
+        run(["-X", name], netns=netns)
     return {"chain": name, "existed": existed, "jumps_removed": removed_jumps}
 
 
-def counters(name: str) -> list[RuleCounter]:
+def counters(name: str, netns: int | None = None) -> list[RuleCounter]:
     """Packet and byte counters of each rule of chain ``name``, in order."""
-    return parse_counters(run(["-v", "-S", name]).stdout, name)
+    return parse_counters(run(["-v", "-S", name], netns=netns).stdout, name)
 
 
 # ------------------------------------------------- faults made of one chain
@@ -283,6 +288,19 @@ def as_nodes(target: Node | Sequence[Node], kind: str) -> list[Node]:
     return nodes
 
 
+def netns_of(node: Node) -> tuple[str | None, int | None]:
+    """(container id, a pid in its network namespace) for a node in a
+    container; (None, None) for a node on the host's network."""
+    container = getattr(node, "container_id", None)
+    if container is None:
+        return None, None
+    pid = node.netns_pid()  # type: ignore[attr-defined]
+    if pid is None:
+        raise FaultError(f"{node.name}: container {container[:12]} is not running; its network "
+                         "namespace cannot be entered")
+    return container, pid
+
+
 class ChainFault(Fault):
     """A fault that is exactly one ORDEAL chain on the nodes' ports.
 
@@ -290,6 +308,11 @@ class ChainFault(Fault):
     is named for the ledger entry's id, so heal needs nothing but the entry:
     ``heal_entry`` after a crash and ``heal`` in a live run both remove
     ``ORDEAL-<entry id>`` and the jumps to it.
+
+    Nodes on the host's network get the chain in the host's filter table;
+    a node in a container gets it in the container's network namespace
+    (entered with nsenter), with only that node's rules. The ledger entry
+    names the containers, so a heal after a crash finds them again.
     """
 
     hooks: tuple[str, ...] = HOOKS
@@ -301,12 +324,30 @@ class ChainFault(Fault):
     def _rules(self) -> list[tuple[str, ...]]:
         raise NotImplementedError
 
+    def _rules_for(self, nodes: list[Node]) -> list[tuple[str, ...]]:
+        """The rules for some of the nodes; subclasses whose rules are made
+        per endpoint list need not override it."""
+        keep, self.nodes = self.nodes, nodes
+        try:
+            return self._rules()
+        finally:
+            self.nodes = keep
+
+    def _places(self) -> list[tuple[str | None, int | None, list[Node]]]:
+        """Where chains go: (container, netns pid, nodes), host first."""
+        groups: dict[str | None, tuple[int | None, list[Node]]] = {}
+        for node in self.nodes:
+            container, pid = netns_of(node)
+            groups.setdefault(container, (pid, []))[1].append(node)
+        return [(c, pid, nodes) for c, (pid, nodes) in groups.items()]
+
     def _preflight(self) -> None:
         for node in self.nodes:
             ipv4_host(node.endpoint, self.kind)
             require_running(node, self.kind)
         self._rules()  # parameters are checked here, before anything changes
-        require_usable()
+        for _, pid, _ in self._places():
+            require_usable(pid)
 
     @property
     def chain(self) -> str:
@@ -318,26 +359,71 @@ class ChainFault(Fault):
         # The chain's name comes from the entry id (not known yet here); the
         # rules are kept for people reading the ledger.
         return {"action": "remove_chain", "chain": f"{CHAIN_PREFIX}<fault id>",
-                "hooks": list(self.hooks), "rules": [list(r) for r in self._rules()]}
+                "hooks": list(self.hooks), "rules": [list(r) for r in self._rules()],
+                "containers": [c for c, _, _ in self._places() if c is not None]}
 
     def _act(self) -> dict[str, Any]:
         assert self.entry is not None
-        spec = ChainSpec(self.chain, comment_for(self.run_id, self.entry.id),
-                         tuple(self._rules()), self.hooks)
-        create_chain(spec)
-        return {"chain": spec.name, "hooks": list(spec.hooks),
-                "ports": [n.endpoint.port for n in self.nodes]}
+        made: list[int | None] = []
+        try:
+            for _, pid, nodes in self._places():
+                spec = ChainSpec(self.chain, comment_for(self.run_id, self.entry.id),
+                                 tuple(self._rules_for(nodes)), self.hooks)
+                create_chain(spec, pid)
+                made.append(pid)
+        except BaseException:
+            for pid in made:  # all places or none: never half a partition
+                remove_chain(self.chain, pid)
+            raise
+        return {"chain": self.chain, "hooks": list(self.hooks),
+                "ports": [n.endpoint.port for n in self.nodes],
+                "netns": [pid for pid in made if pid is not None]}
 
     def _undo(self) -> dict[str, Any]:
-        return remove_chain(self.chain)
+        done: dict[str, Any] = {"chain": self.chain, "existed": False, "jumps_removed": 0}
+        for _, pid, _ in self._places_for_heal():
+            one = remove_chain(self.chain, pid)
+            done["existed"] = bool(done["existed"] or one["existed"])
+            done["jumps_removed"] += one["jumps_removed"]
+        return done
+
+    def _places_for_heal(self) -> list[tuple[str | None, int | None, list[Node]]]:
+        """Like _places, but a container that no longer runs is skipped:
+        its network namespace, and the chain in it, are gone with it."""
+        out = []
+        for node in self.nodes:
+            container = getattr(node, "container_id", None)
+            pid = node.netns_pid() if container is not None else None  # type: ignore[attr-defined]
+            if container is not None and pid is None:
+                continue
+            if not any(c == container for c, _, _ in out):
+                out.append((container, pid, [node]))
+        return out
+
+    def place_counters(self) -> list[list[RuleCounter]]:
+        """Per place (host, each container): its chain's rules and what they
+        matched so far."""
+        return [counters(self.chain, pid) for _, pid, _ in self._places()]
 
     def counters(self) -> list[RuleCounter]:
-        """This fault's rules and what they matched so far."""
-        return counters(self.chain)
+        """This fault's rules and what they matched so far (every place)."""
+        return [c for place in self.place_counters() for c in place]
 
     @classmethod
     def heal_entry(cls, entry: LedgerEntry) -> str:
+        from .containers import container_pid
+
         done = remove_chain(chain_name(entry.id))
         what = "removed" if done["existed"] else "found no"
+        inside = []
+        for container in entry.inverse.get("containers", []):
+            pid = container_pid(container)
+            if pid is None:
+                inside.append(f"container {container[:12]} is gone, and its rules with it")
+                continue
+            one = remove_chain(chain_name(entry.id), pid)
+            inside.append(f"{'removed' if one['existed'] else 'found no'} the chain in "
+                          f"container {container[:12]}")
         return (f"healed {entry.kind} on {entry.target} from run {entry.run_id}: {what} chain "
-                f"{done['chain']} ({done['jumps_removed']} jump(s) removed)")
+                f"{done['chain']} ({done['jumps_removed']} jump(s) removed)"
+                + (f"; {'; '.join(inside)}" if inside else ""))

@@ -79,7 +79,8 @@ class PacketLoss(ChainFault):
         return loss_rules([n.endpoint for n in self.nodes], self.probability)
 
     def loss(self) -> LossCounters:
-        return loss_counters(self.counters())
+        places = [loss_counters(rules) for rules in self.place_counters()]
+        return LossCounters(sum(c.seen for c in places), sum(c.dropped for c in places))
 
     def _undo(self) -> dict[str, Any]:
         """Read what the fault did (packets seen and dropped) just before the
