@@ -272,7 +272,10 @@ def test_missing_iptables_or_root_refuses_before_anything_changes(missing, small
             expected = r"iptables is not on PATH: install it \(apt-get install iptables\)"
         else:
             mp.setattr(iptables.os, "geteuid", lambda: 1000)
-            expected = r"iptables needs root \(this process runs as uid 1000\)"
+            # Refused by the fault's own declaration (faults.base), before
+            # the iptables preflight would say the same.
+            expected = (r"on small: refused, it needs root \(adds iptables rules.*\(uid 1000\); "
+                        r"nothing was changed")
         for fault in (NetworkPartition(small_node, RUN_ID, ledger),
                       PacketLoss(small_node, RUN_ID, ledger, probability=0.2)):
             with pytest.raises(FaultError, match=expected):
