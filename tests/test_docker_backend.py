@@ -34,6 +34,7 @@ from faults.process_kill import ProcessKill
 from faults.process_pause import ProcessPause
 from fixtures.docker_cluster import DockerCluster, DockerError, unavailable_reason
 from fixtures.model import TinyModel
+from fixtures.monitor import node_journal, sample_node
 from fixtures.processes import reap_leftovers
 from fixtures.vllm_engine import SERVED_MODEL_NAME
 from ordeal.config import ClusterSpec
@@ -94,6 +95,12 @@ def test_the_cluster_runs_in_labelled_containers_without_capabilities(cluster):
     assert {x["fingerprint"].split("-")[0] for x in described["nodes"]} == {"vllm"}
     served = {complete(cluster.entrypoint.url)["node"] for _ in range(4)}
     assert served == {"replica-0", "replica-1"}  # round robin over both containers
+    for node in cluster.replicas():
+        # What the checkers read works in a container too: the request
+        # journal (no_duplicate_execution) and the tree's memory (leak_bound).
+        journal = node_journal(node)
+        assert journal is not None and journal.read_text().count("\n") >= 2, journal
+        assert sample_node(node)["rss_bytes"] > 300 << 20  # the API server and its engine
 
 
 def test_partition_is_cut_inside_the_container_and_healed(cluster, ledger):
