@@ -12,6 +12,7 @@ import json
 import os
 import random
 import signal
+import sys
 import threading
 import time
 import urllib.request
@@ -73,6 +74,29 @@ def test_watch_sees_a_real_process_die_and_waits_out_its_grace(tmp_path, health_
         assert "CHILDPID=" in message  # the last log lines are in it
     finally:
         proc.stop()
+
+
+def test_watch_sees_a_dead_router_behind_a_port_that_still_accepts(tmp_path,
+                                                                  health_server_argv):
+    """A published container port (docker-proxy) keeps accepting after the
+    router behind it died: the process state decides then."""
+    port = free_ports(1, "127.0.0.1")[0]
+    proxy = ManagedProcess("port-proxy", health_server_argv(port), dict(os.environ),
+                           tmp_path / "proxy.log", "watch-test")
+    router = ManagedProcess("router", [sys.executable, "-c", "import sys; sys.exit(3)"],
+                            dict(os.environ), tmp_path / "router.log", "watch-test")
+    node = LocalNode("router", "router", Endpoint("127.0.0.1", port), router, "")
+    proxy.start()
+    try:
+        LocalNode("port-proxy", "router", node.endpoint, proxy, "").wait_ready(30)
+        router.start()
+        watch = RouterWatch(node, grace_s=0.5, interval_s=0.1)
+        message = asyncio.run(asyncio.wait_for(watch.wait_gone(), 20))
+        assert "its process: exited with status 3" in message, message
+        assert "still accepts connections" in message, message
+    finally:
+        proxy.stop()
+        router.stop()
 
 
 def _complete(url: str) -> dict:
@@ -159,3 +183,31 @@ def test_router_killed_for_good_stops_the_run_heals_and_says_why(ordeal_cluster,
             router.wait_ready(60)
     answer = _complete(cluster.entrypoint.url)  # the cluster serves again
     assert answer["choices"][0]["text"] is not None
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(240)
+def test_router_held_down_by_our_own_fault_is_not_gone(ordeal_cluster, ordeal_say, tmp_path):
+    """process_kill on the router through the run's nemesis keeps it down
+    far longer than the grace time; that is a fault under test, not a
+    router gone for good: the run goes on and its heal restarts it."""
+    cluster = ordeal_cluster
+    run = OrdealRun(RunDir.create(tmp_path, "router-kill"), "router-kill", cluster, ordeal_say)
+    [kill] = build_faults("process_kill", "router", cluster, run.run_id, Ledger(),
+                          random.Random(0), {"ready_timeout_s": 60})
+    spec = WorkloadSpec(duration_s=8.0, rate=4.0, seed=12, max_tokens=(8, 16), timeout_s=20)
+    try:
+        run.load(spec, faults=[PlannedFault(kill, after_s=2.0, hold_s=6.0)], after_heal_s=3.0,
+                 max_s=120, router_grace_s=2.0)
+    finally:
+        if not cluster.router.is_running():
+            cluster.router.start()
+            cluster.router.wait_ready(60)
+    summary = run.finish()
+    assert run.stop_reason is None and summary["stopped"] is None, summary["stopped"]
+    [window] = summary["faults"]
+    assert window["healed"] and window["heal_result"]["restarted"] is True, window
+    ops = read_intact(run.run_dir.history_path)
+    pair_requests(ops)
+    assert not [op for op in ops if op.f == "router_gone"]
+    assert _complete(cluster.entrypoint.url)["choices"]
