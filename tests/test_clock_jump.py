@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -93,7 +94,7 @@ def test_harness_wall_clock_stepping_back_mid_run_ends_cleanly(ordeal_cluster, o
             "after_heal_s": 5.0, "latency_ms": 1000}
     clock = tmp_path / "harness.faketime"
     write_clock(clock, "+0")
-    env = {**__import__("os").environ, **faketime_env(clock), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, **faketime_env(clock), "PYTHONPATH": str(REPO)}
     assert env["FAKETIME_DONT_FAKE_MONOTONIC"] == "1"
     child = subprocess.Popen([sys.executable, str(CHILD), str(tmp_path / "runs"),
                               json.dumps(spec)], cwd=REPO, env=env, stdout=subprocess.PIPE,
