@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -22,8 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from faults import cgroup
 from faults.base import FaultError
 from faults.clock_drift import ClockDrift
+from faults.gpu_throttle import GpuThrottle
 from faults.containers import RUN_LABEL, docker_client
 from faults.iptables import chain_exists, list_chains
 from faults.ledger import Ledger
@@ -62,7 +65,8 @@ def complete(base_url: str, timeout: float = 30.0) -> dict:
     body = json.dumps({"model": SERVED_MODEL_NAME, "prompt": "docker backend probe",
                        "max_tokens": 4, "temperature": 0}).encode()
     req = urllib.request.Request(base_url + "/v1/completions", data=body,
-                                 headers={"content-type": "application/json"})
+                                 headers={"content-type": "application/json",
+                                          "x-request-id": f"docker-{uuid.uuid4().hex[:8]}"})
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         return {"node": resp.headers.get("x-ordeal-node"), **json.loads(resp.read())}
 
@@ -167,6 +171,48 @@ def test_clock_drift_moves_the_container_clock_and_heals(cluster, ledger):
     while abs(skew()) > 5 and time.monotonic() < deadline:
         time.sleep(0.5)
     assert abs(skew()) < 5
+
+
+def tokens_per_s(url: str, runs: int = 4, max_tokens: int = 48) -> float:
+    """Median throughput of a fixed greedy request (always max_tokens tokens)."""
+    body = json.dumps({"model": SERVED_MODEL_NAME, "prompt": "throughput", "temperature": 0,
+                       "max_tokens": max_tokens, "ignore_eos": True}).encode()
+    out = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        req = urllib.request.Request(url + "/v1/completions", data=body,
+                                     headers={"content-type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            assert json.loads(resp.read())["usage"]["completion_tokens"] == max_tokens
+        out.append(max_tokens / (time.perf_counter() - t))
+    return statistics.median(out)
+
+
+def test_cpu_quota_throttles_the_container_and_the_heal_puts_it_back(cluster, ledger):
+    """gpu_throttle's CPU analog on a container: its processes go into a
+    cgroup of the suite's with a 20% quota, and back into the container's
+    own cgroup on heal (Docker still accounts them there afterwards)."""
+    if os.geteuid() != 0:
+        pytest.skip("moving a container's processes between cgroups needs root")
+    victim = cluster.replicas()[0]
+    pids = victim.pids()
+    ctl = cgroup.cpu_controller()
+    original = {p: cgroup.cgroup_of(p, ctl) for p in pids}
+    assert all(victim.container_id in str(path) for path in original.values()), original
+    tokens_per_s(victim.endpoint.url, runs=1)  # warm up
+    before = tokens_per_s(victim.endpoint.url)
+    fault = GpuThrottle(victim, RUN, ledger, backend="cpu", cpu_fraction=0.2)
+    injected = fault.inject()
+    try:
+        assert sorted(injected["moved_pids"]) == sorted(pids)
+        during = tokens_per_s(victim.endpoint.url)
+    finally:
+        healed = fault.heal()
+    after = tokens_per_s(victim.endpoint.url)
+    assert {p: cgroup.cgroup_of(p, ctl) for p in pids} == original
+    assert healed["cpu_stat"]["nr_throttled"] > 0, healed
+    assert during < 0.6 * before and after > 1.5 * during, (before, during, after)
+    print(f"[docker] cpu quota 20%: {before:.0f} -> {during:.0f} -> {after:.0f} tokens/s")
 
 
 def test_kill_exits_the_container_and_the_heal_restarts_it(cluster, ledger):
