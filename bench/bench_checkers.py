@@ -94,6 +94,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
     ap.add_argument("--workdir", default="/tmp/ordeal-bench")
+    ap.add_argument("--results", default="checkers",
+                    help="name of the result files in bench/results (NAME.json, NAME.md)")
     ap.add_argument("--check-file", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.check_file:
@@ -123,7 +125,7 @@ def main() -> int:
         r["throughput_vs_smallest"] = round(r["ops_per_s"] / base["ops_per_s"], 2)
     res = ROOT / "bench" / "results"
     res.mkdir(exist_ok=True)
-    (res / "checkers.json").write_text(json.dumps(
+    (res / f"{args.results}.json").write_text(json.dumps(
         {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpus": os.cpu_count(),
          "checkers": "every default checker, one pass", "rows": rows}, indent=2) + "\n")
     lines = ["| ops | seconds | ops/s | peak RSS MB | RSS vs smallest | ops/s vs smallest | file MiB |",
@@ -131,7 +133,7 @@ def main() -> int:
     for r in rows:
         lines.append(f"| {r['ops']:,} | {r['seconds']} | {r['ops_per_s']:,} | {r['peak_rss_mb']} "
                      f"| {r['rss_vs_smallest']} | {r['throughput_vs_smallest']} | {r['file_mib']} |")
-    (res / "checkers.md").write_text("# Checker throughput and memory\n\n" + "\n".join(lines) + "\n")
+    (res / f"{args.results}.md").write_text("# Checker throughput and memory\n\n" + "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

@@ -36,7 +36,7 @@ from bench.common import PY, Child, cpu_seconds, progress, r, start_sse_server, 
 LAG_P50_MS = 5.0
 CPU_BOUND = 0.9
 RATES_QUICK = [50, 100, 200, 400, 800]
-RATES_FULL = [50, 100, 200, 300, 400, 600, 800, 1200, 1600]
+RATES_FULL = [50, 100, 200, 300, 400, 600, 800, 1200]
 STREAMS_QUICK = [64, 256, 512, 1024]
 STREAMS_FULL = [64, 128, 256, 512, 1024, 2048]
 
@@ -56,22 +56,71 @@ def sustained(res: dict[str, Any], target_rps: float | None) -> tuple[bool, str]
     return not why, "; ".join(why)
 
 
+class VllmLoadWorker:
+    """vLLM's bench client in one long-lived process pinned to core 0
+    (bench.vllm_client --serve --cpu 0): steps run without its 15 s import."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.child = Child([PY, "-m", "bench.vllm_client", "--serve", "--cpu", "0"],
+                           tmp / "vllm-worker.log", stdin_pipe=True)
+        self.child.wait_line("READY", timeout=180)
+
+    def submit(self, url: str, args: argparse.Namespace, out: Path) -> None:
+        from bench.load_clients import UNIFORM, vllm_prompts
+
+        prompts = out.with_suffix(".prompts.jsonl")
+        prompts.write_text("".join(json.dumps(p) + "\n" for p in vllm_prompts(args)))
+        cmd = {"url": url, "prompts": str(prompts), "rate": args.rate,
+               "concurrency": args.concurrency, "burstiness": UNIFORM, "out": str(out)}
+        assert self.child.stdin is not None
+        self.child.stdin.write((json.dumps(cmd) + "\n").encode())
+        self.child.stdin.flush()
+
+    def stop(self) -> None:
+        if self.child.stdin:
+            self.child.stdin.close()
+        self.child.stop()
+
+
 def one(client: str, url: str, tmp: Path, server_pid: int, duration: float, tokens: int,
-        itl_ms: float, rate: float | None = None, concurrency: int | None = None
-        ) -> dict[str, Any]:
-    out = tmp / f"{client}-{rate}-{concurrency}.json"
-    argv = [PY, "-m", "bench.load_clients", client, "--url", url, "--duration", str(duration),
-            "--tokens", str(tokens), "--itl-ms", str(itl_ms), "--cpu", "0", "--out", str(out)]
-    argv += ["--rate", str(rate)] if rate else ["--concurrency", str(concurrency)]
+        itl_ms: float, worker: VllmLoadWorker, rate: float | None = None,
+        concurrency: int | None = None) -> dict[str, Any]:
+    from bench.load_clients import vllm_figures
+
+    out = tmp / f"{client}-{rate}-{concurrency}-{time.monotonic_ns()}.json"
     samples: list[tuple[float, float]] = []
-    child = Child(argv, tmp / f"{client}.log")
-    while child.proc.poll() is None:  # the server's CPU, to cut out the load's window
+
+    def sample() -> None:  # the server's CPU, to cut out the load's window
         samples.append((time.monotonic(), cpu_seconds(server_pid)))
-        time.sleep(0.1)
-    rc = child.proc.wait()
-    if rc != 0 or not out.exists():
-        return {"client": client, "error": f"exit {rc}; see {tmp / f'{client}.log'}"}
-    res = json.loads(out.read_text())
+
+    if client == "ordeal":
+        argv = [PY, "-m", "bench.load_clients", client, "--url", url, "--duration",
+                str(duration), "--tokens", str(tokens), "--itl-ms", str(itl_ms), "--cpu", "0",
+                "--out", str(out)]
+        argv += ["--rate", str(rate)] if rate else ["--concurrency", str(concurrency)]
+        child = Child(argv, tmp / f"{client}.log")
+        while child.proc.poll() is None:
+            sample()
+            time.sleep(0.1)
+        rc = child.proc.wait()
+        if rc != 0 or not out.exists():
+            return {"client": client, "error": f"exit {rc}; see {tmp / f'{client}.log'}"}
+        res = json.loads(out.read_text())
+    else:
+        args = argparse.Namespace(rate=rate, concurrency=concurrency, duration=duration,
+                                  tokens=tokens, itl_ms=itl_ms)
+        worker.submit(url, args, out)
+        while True:
+            sample()
+            line = worker.child.wait_line(("DONE", "FAILED"), timeout=0.1, give_up=False)
+            if line is not None:
+                break
+        if line != "DONE":
+            return {"client": client, "error": f"{line}; see {worker.tmp / 'vllm-worker.log'}"}
+        res = vllm_figures(json.loads(out.read_text()), args)
+        res.update({"client": client, "rate": rate, "concurrency": concurrency,
+                    "duration_s": duration, "tokens": tokens})
     inside = [s for s in samples if res["t_start"] <= s[0] <= res["t_end"]]
     res["server_cpu_share"] = (r((inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0]),
                                 2) if len(inside) > 2 else None)
@@ -84,7 +133,8 @@ def one(client: str, url: str, tmp: Path, server_pid: int, duration: float, toke
 
 
 def ladder(kind: str, steps: list[int], url: str, tmp: Path, server_pid: int,
-           duration: float, tokens: int, itl_ms: float) -> dict[str, list[dict[str, Any]]]:
+           duration: float, tokens: int, itl_ms: float, worker: VllmLoadWorker
+           ) -> dict[str, list[dict[str, Any]]]:
     runs: dict[str, list[dict[str, Any]]] = {"ordeal": [], "vllm": []}
     failed = {"ordeal": 0, "vllm": 0}
     for i, step in enumerate(steps):
@@ -93,7 +143,7 @@ def ladder(kind: str, steps: list[int], url: str, tmp: Path, server_pid: int,
             if failed[client] >= 2:
                 continue  # two steps in a row not sustained: this client's limit is found
             kw = {"rate": step} if kind == "rate" else {"concurrency": step}
-            res = one(client, url, tmp, server_pid, duration, tokens, itl_ms, **kw)
+            res = one(client, url, tmp, server_pid, duration, tokens, itl_ms, worker, **kw)
             res["step"] = step
             runs[client].append(res)
             if "error" in res:
@@ -102,9 +152,9 @@ def ladder(kind: str, steps: list[int], url: str, tmp: Path, server_pid: int,
                 continue
             failed[client] = 0 if res["sustained"] else failed[client] + 1
             progress(f"load {kind} {step:>5}: {client:6} ok {res['ok']}/{res['sent']} "
-                     f"{res['achieved_rps']:7.1f} req/s, dispatch lag p99 "
-                     f"{res['dispatch_lag_ms']['p99']} ms, chunk lag p50/p99 "
-                     f"{res['chunk_lag_ms']['p50']}/{res['chunk_lag_ms']['p99']} ms, "
+                     f"{res['achieved_rps']:7.1f} req/s, dispatch lag p50/p99 "
+                     f"{res['dispatch_lag_ms']['p50']}/{res['dispatch_lag_ms']['p99']} ms, chunk "
+                     f"lag p50/p99 {res['chunk_lag_ms']['p50']}/{res['chunk_lag_ms']['p99']} ms, "
                      f"{res['cpu_us_per_chunk']} us CPU/chunk, client CPU "
                      f"{res['cpu_share']:.2f}, server CPU {res['server_cpu_share']}, load "
                      f"{res['loadavg_1m']:.1f}"
@@ -119,22 +169,15 @@ def best(runs: list[dict[str, Any]]) -> int | None:
 
 def run(quick: bool = False) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="ordeal-bench-load-"))
-    duration = 4.0 if quick else 8.0
+    duration = 4.0 if quick else 6.0
     out: dict[str, Any] = {"lag_p50_limit_ms": LAG_P50_MS, "cpu_bound": CPU_BOUND,
                            "duration_s": duration}
-    for kind, steps, tokens, itl in (
-            ("rate", RATES_QUICK if quick else RATES_FULL, 16, 10.0),
-            ("streams", STREAMS_QUICK if quick else STREAMS_FULL, 40, 50.0)):
-        server, port = start_sse_server(itl, cpu=1, log=tmp / f"server-{kind}.log")
-        try:
-            progress(f"load: {kind} ladder {steps}, {tokens} tokens at {itl:g} ms ITL, "
-                     f"{duration:g} s per step, client on core 0, server on core 1")
-            runs = ladder(kind, steps, f"http://127.0.0.1:{port}", tmp, server.pid, duration,
-                          tokens, itl)
-        finally:
-            server.stop()
-        out[kind] = {"tokens": tokens, "itl_ms": itl, "runs": runs,
-                     "max_sustained": {c: best(v) for c, v in runs.items()}}
+    progress("load: starting vLLM's bench client (one process, core 0) ...")
+    worker = VllmLoadWorker(tmp)
+    try:
+        _ladders(out, quick, duration, tmp, worker)
+    finally:
+        worker.stop()
     # The client's own per-chunk figures at a load both sustain (the lowest rate).
     low = {c: out["rate"]["runs"][c][0] for c in ("ordeal", "vllm") if out["rate"]["runs"][c]}
     out["per_chunk_at_lowest_rate"] = {
@@ -144,6 +187,23 @@ def run(quick: bool = False) -> dict[str, Any]:
             "cpu_ceiling_rps": v.get("cpu_ceiling_rps")} for c, v in low.items()}
     write_json("load", out)
     return out
+
+
+def _ladders(out: dict[str, Any], quick: bool, duration: float, tmp: Path,
+             worker: VllmLoadWorker) -> None:
+    for kind, steps, tokens, itl in (
+            ("rate", RATES_QUICK if quick else RATES_FULL, 16, 10.0),
+            ("streams", STREAMS_QUICK if quick else STREAMS_FULL, 40, 50.0)):
+        server, port = start_sse_server(itl, cpu=1, log=tmp / f"server-{kind}.log")
+        try:
+            progress(f"load: {kind} ladder {steps}, {tokens} tokens at {itl:g} ms ITL, "
+                     f"{duration:g} s per step, client on core 0, server on core 1")
+            runs = ladder(kind, steps, f"http://127.0.0.1:{port}", tmp, server.pid, duration,
+                          tokens, itl, worker)
+        finally:
+            server.stop()
+        out[kind] = {"tokens": tokens, "itl_ms": itl, "runs": runs,
+                     "max_sustained": {c: best(v) for c, v in runs.items()}}
 
 
 if __name__ == "__main__":

@@ -99,14 +99,17 @@ class Child:
     """A helper process in its own session, ended by its own pid only."""
 
     def __init__(self, argv: Sequence[str], log: Path | None = None,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, stdin_pipe: bool = False):
         e = dict(os.environ if env is None else env)
         e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), e.get("PYTHONPATH")]))
         self.argv = list(argv)
         self.log = log
         err = open(log, "ab") if log else subprocess.DEVNULL
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=err,
-                                     stdin=subprocess.DEVNULL, env=e, start_new_session=True)
+                                     stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
+                                     env=e, start_new_session=True)
+        self.stdin = self.proc.stdin
+        self._buf = b""
         if log:
             err.close()  # type: ignore[union-attr]
 
@@ -114,19 +117,30 @@ class Child:
     def pid(self) -> int:
         return self.proc.pid
 
-    def wait_line(self, prefix: str, timeout: float = 30.0) -> str:
+    def wait_line(self, prefix: str | tuple[str, ...], timeout: float = 30.0,
+                  give_up: bool = True) -> str | None:
+        """The first stdout line starting with ``prefix``. Reads the raw fd
+        with its own buffer: select() on a buffered reader misses lines that
+        the reader already pulled in (seen: a DONE line waited forever)."""
         assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.1)
-            if ready:
-                line = self.proc.stdout.readline().decode(errors="replace")
+            while b"\n" in self._buf:
+                raw, self._buf = self._buf.split(b"\n", 1)
+                line = raw.decode(errors="replace")
                 if line.startswith(prefix):
                     return line.strip()
-                if not line:
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            if ready:
+                data = os.read(fd, 65536)
+                if not data:
                     break
+                self._buf += data
             elif self.proc.poll() is not None:
                 break
+        if not give_up and self.proc.poll() is None:
+            return None  # not yet: the caller polls again
         self.stop()
         raise RuntimeError(f"{self.argv[:4]}... did not print {prefix!r} in {timeout}s "
                            f"(exit {self.proc.poll()}); log: {self.log}")
@@ -140,8 +154,8 @@ class Child:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
-        out = self.proc.stdout.read().decode(errors="replace") if self.proc.stdout else ""
-        return out
+        rest = self.proc.stdout.read() if self.proc.stdout else b""
+        return (self._buf + rest).decode(errors="replace")
 
 
 def start_sse_server(itl_ms: float, cpu: int | None = None, tokens: int | None = None,

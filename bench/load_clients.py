@@ -125,22 +125,23 @@ def run_ordeal(args: argparse.Namespace) -> dict[str, Any]:
 
 # -- vLLM's client -------------------------------------------------------------
 
-def run_vllm(args: argparse.Namespace) -> dict[str, Any]:
-    from bench.vllm_client import run
+def vllm_prompts(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The same prompts Ordeal's client sends (its plan, 8 words, fixed
+    tokens); a closed loop gets enough for ``duration`` at full speed."""
     from fixtures.workload import WorkloadSpec, plan_requests
 
-    tmp = Path(tempfile.mkdtemp(prefix="ordeal-bench-vllm-"))
     closed = args.concurrency is not None
     n = (args.concurrency * max(1, round(args.duration * 1000 / (args.tokens * args.itl_ms)))
          if closed else max(1, int(args.rate * args.duration)))
     spec = WorkloadSpec(prompt_words=(8, 8), max_tokens=(args.tokens, args.tokens),
                         canary_every=0, stream_share=1.0, chat_share=0.0, mode="closed")
-    prompts = [{"prompt": p.prompt, "max_tokens": args.tokens}
-               for p, _ in zip(plan_requests(spec), range(n))]
-    res = run(args.url, prompts, tmp / "out.json", rate=args.rate,
-              concurrency=args.concurrency, burstiness=UNIFORM)
-    cpu = {"cpu_s": res["cpu_s"], "wall_s": res["wall_s"]}
-    args.window = (res["t_start"], res["t_start"] + res["wall_s"])
+    return [{"prompt": p.prompt, "max_tokens": args.tokens}
+            for p, _ in zip(plan_requests(spec), range(n))]
+
+
+def vllm_figures(res: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """vLLM's detailed result -> the same figures as Ordeal's."""
+    closed = args.concurrency is not None
     starts = res["start_times"]
     dispatch, lag, ttft, itl = [], [], [], []
     chunks = ok = 0
@@ -162,12 +163,24 @@ def run_vllm(args: argparse.Namespace) -> dict[str, Any]:
         chunks += len(recv)
         for a, b in zip(recv, server):
             lag.append((a * 1e9 - b) / 1e6)
-    out = summarize(n, args.duration if not closed else cpu.get("wall_s", args.duration),
-                    len(starts), ok, dispatch, lag, chunks, cpu.get("cpu_s", 0.0),
-                    cpu.get("wall_s", 0.0), ttft, itl)
+    out = summarize(len(starts), args.duration if not closed else res["wall_s"],
+                    len(starts), ok, dispatch, lag, chunks, res["cpu_s"], res["wall_s"],
+                    ttft, itl)
     out["vllm_reported"] = {k: res.get(k) for k in ("request_throughput", "completed", "failed",
                                                      "duration", "median_ttft_ms", "p99_ttft_ms",
                                                      "median_itl_ms", "p99_itl_ms")}
+    out["t_start"], out["t_end"] = res["t_start"], res["t_start"] + res["wall_s"]
+    return out
+
+
+def run_vllm(args: argparse.Namespace) -> dict[str, Any]:
+    from bench.vllm_client import run
+
+    tmp = Path(tempfile.mkdtemp(prefix="ordeal-bench-vllm-"))
+    res = run(args.url, vllm_prompts(args), tmp / "out.json", rate=args.rate,
+              concurrency=args.concurrency, burstiness=UNIFORM)
+    out = vllm_figures(res, args)
+    args.window = (out["t_start"], out["t_end"])
     return out
 
 

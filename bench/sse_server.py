@@ -62,16 +62,22 @@ class Engine:
         self.running = 0
         self.max_running = 0
         self.late_ticks = 0
+        self.wake = asyncio.Event()
 
     def add(self, s: Stream) -> None:
         self.running += 1
         self.max_running = max(self.max_running, self.running)
         self.buckets.setdefault(self.tick + 1, []).append(s)
+        self.wake.set()
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         self.t0 = loop.time()
         while True:
+            if not self.buckets:  # idle: no tick costs CPU until a stream comes
+                self.wake.clear()
+                await self.wake.wait()
+                self.t0 = loop.time() - self.tick * self.TICK_S
             due = int((loop.time() - self.t0) / self.TICK_S)
             if due > self.tick + 1:
                 self.late_ticks += due - self.tick - 1

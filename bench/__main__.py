@@ -1,0 +1,244 @@
+"""Run the harness benchmarks and print one table (performance issue 10).
+
+    .venv/bin/python -m bench                 # everything, full (~25 min)
+    .venv/bin/python -m bench --quick         # everything, shorter (~12 min)
+    .venv/bin/python -m bench --only load faults
+    .venv/bin/python -m bench --skip bringup agreement
+    .venv/bin/python -m bench --summary-only  # rebuild the table from bench/results/*.json
+
+Benchmarks: load (1: load generator vs vLLM's bench client), agreement (2:
+TTFT/TPOT/ITL/E2E vs ``vllm bench serve`` on a real replica), proxy (3),
+faults (4: effect and recovery latency per fault kind), bringup (5: N = 1, 2,
+3 replicas), checkers (6, with the endurance run's RSS figures). Each writes
+bench/results/<name>.json; the table goes to stdout and to
+bench/results/summary.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import PY, RESULTS, ROOT, machine, progress, write_json
+
+ALL = ["load", "agreement", "proxy", "faults", "bringup", "checkers"]
+
+
+def run_proxy(quick: bool) -> None:
+    argv = [PY, str(ROOT / "bench" / "bench_proxy.py")]
+    argv += (["--requests", "1000", "--connections", "200", "--mb", "128"] if quick
+             else ["--replica"])
+    progress(f"proxy: {' '.join(argv[1:])}")
+    subprocess.run(argv, check=True, cwd=ROOT)
+
+
+def run_checkers(quick: bool, sizes: list[int] | None) -> None:
+    sizes = sizes or ([100_000] if quick else [100_000, 1_000_000])
+    argv = [PY, str(ROOT / "bench" / "bench_checkers.py"), "--results", "checkers-run",
+            "--sizes", *map(str, sizes)]
+    progress(f"checkers: {' '.join(argv[1:])}")
+    subprocess.run(argv, check=True, cwd=ROOT)
+
+
+def load(name: str) -> dict[str, Any] | None:
+    p = RESULTS / f"{name}.json"
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def yes(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("met" if ok else "MISSED")
+
+
+def rows() -> list[dict[str, Any]]:
+    """One row per figure: item, measure, ours, reference, comparison, goal, status."""
+    out: list[dict[str, Any]] = []
+
+    def add(item: str, measure: str, ours: Any, ref: Any, cmp: str, goal: str,
+            ok: bool | None, by: str = "") -> None:
+        out.append({"item": item, "measure": measure, "ordeal": ours, "reference": ref,
+                    "comparison": cmp, "goal": goal, "status": yes(ok), "miss_by": by})
+
+    ld = load("load")
+    if ld:
+        for kind, unit in (("rate", "req/s"), ("streams", "streams")):
+            ms = ld[kind]["max_sustained"]
+            o, v = ms.get("ordeal"), ms.get("vllm")
+            ok = None if o is None or v is None else o >= v
+            add("1 load", f"max sustained {unit} on one core ({ld[kind]['tokens']} tok, "
+                f"{ld[kind]['itl_ms']:g} ms ITL)", o, f"{v} (vllm bench)",
+                f"x{o / v:.2f}" if o and v else "", ">= vLLM's client", ok,
+                "" if ok in (None, True) else f"{o} vs {v} ({(o - v) / v * 100:+.0f}%)")
+        pc = ld.get("per_chunk_at_lowest_rate", {})
+        o, v = pc.get("ordeal", {}), pc.get("vllm", {})
+        add("1 load", "client CPU per chunk (µs), lowest rate", o.get("cpu_us_per_chunk"),
+            v.get("cpu_us_per_chunk"), ratio(o.get("cpu_us_per_chunk"), v.get("cpu_us_per_chunk")),
+            "stated", None)
+        add("1 load", "timing overhead per chunk p50 / p99 (ms), lowest rate",
+            f"{o.get('chunk_lag_p50_ms')} / {o.get('chunk_lag_p99_ms')}",
+            f"{v.get('chunk_lag_p50_ms')} / {v.get('chunk_lag_p99_ms')}", "", "stated", None)
+        add("1 load", "CPU-bound ceiling, req/s of 16 tokens (1 / CPU s per request)",
+            o.get("cpu_ceiling_rps"), v.get("cpu_ceiling_rps"),
+            ratio(o.get("cpu_ceiling_rps"), v.get("cpu_ceiling_rps")), ">= vLLM's client",
+            None if not o.get("cpu_ceiling_rps") or not v.get("cpu_ceiling_rps")
+            else o["cpu_ceiling_rps"] >= v["cpu_ceiling_rps"])
+    ag = load("agreement")
+    if ag:
+        for m, row in ag["pooled"].items():
+            for q in ("p50", "p99"):
+                x = row[q]
+                d = x["diff_pct"]
+                add("2 agreement", f"{m.replace('_ms', '').upper()} {q} (ms)", x["ordeal"],
+                    f"{x['vllm']} (vllm bench)", f"{d:+.1f}%" if d is not None else "",
+                    f"within ±{ag['goal_pct']:g}%", x["within_goal"],
+                    "" if x["within_goal"] in (None, True)
+                    else f"{abs(d) - ag['goal_pct']:.1f} points over")
+    px = load("proxy")
+    if px:
+        k = px["rows"]["keepalive_small_ms"]
+        for q in ("p50", "p99"):
+            added = k["proxy"][q] - k["direct"][q]
+            ok = added < 0.5 if q == "p99" else None
+            add("3 proxy", f"added latency, keep-alive small request {q} (ms)", k["proxy"][q],
+                f"{k['direct'][q]} (direct)", f"+{added:.3f} ms",
+                "p99 added < 0.5 ms" if q == "p99" else "stated", ok,
+                "" if ok in (None, True) else f"+{added - 0.5:.2f} ms over")
+        d = px["rows"]["download_MBps"]
+        ratio_ = d["proxy"]["median"] / d["direct"]["median"]
+        add("3 proxy", "long download throughput (MB/s)", d["proxy"]["median"],
+            f"{d['direct']['median']} (direct)", f"x{ratio_:.2f}", ">= x0.90", ratio_ >= 0.9,
+            "" if ratio_ >= 0.9 else f"{(0.9 - ratio_) * 100:.0f} points under")
+    fl = load("faults")
+    if fl:
+        goal = fl["goal_p99_ms"]
+        for kind, s in fl["kinds"].items():
+            e, rc = s["effect_ms"]["p99"], s["recovery_ms"]["p99"]
+            ok_e = e is not None and e < goal and not s["not_seen"]
+            ok_r = rc is not None and rc < goal and not s["not_recovered"]
+            add("4 faults", f"{kind}: inject() returned -> effect seen, p99 (ms)", e,
+                f"inject() took {s['inject_ms']['p50']} ms (p50)", f"n={s['effect_ms']['n']}",
+                f"p99 < {goal:g} ms", ok_e, "" if ok_e else
+                (f"{e - goal:.0f} ms over" if e is not None else "not seen"))
+            add("4 faults", f"{kind}: heal() returned -> recovery seen, p99 (ms)", rc,
+                f"heal() took {s['heal_ms']['p50']} ms (p50)", f"n={s['recovery_ms']['n']}",
+                f"p99 < {goal:g} ms", ok_r, "" if ok_r else
+                (f"{rc - goal:.0f} ms over" if rc is not None else "not recovered"))
+    bu = load("bringup")
+    if bu:
+        for n, v in sorted(bu["by_n"].items(), key=lambda kv: int(kv[0])):
+            ok = None if int(n) != 3 else v["replicas_ratio"] <= bu["goal_ratio_at_3"]
+            add("5 bring-up", f"N={n}: replicas ready / cluster ready (s)",
+                f"{v['replicas_ready_s']} / {v['cluster_ready_s']}", "N=1",
+                f"x{v['replicas_ratio']} / x{v['cluster_ratio']}",
+                f"N=3 <= x{bu['goal_ratio_at_3']:g} of N=1" if int(n) == 3 else "", ok,
+                "" if ok in (None, True) else
+                f"x{v['replicas_ratio']} vs x{bu['goal_ratio_at_3']:g}")
+    for name, label in (("checkers-run", "this run"), ("checkers", "committed")):
+        ck = load(name)
+        if ck:
+            for row in ck["rows"]:
+                add("6 checkers", f"{row['ops']:,} ops ({label}, {ck.get('when', '')[:10]}): "
+                    "ops/s, peak RSS MB", f"{row['ops_per_s']:,} ops/s, {row['peak_rss_mb']} MB",
+                    "smallest size", f"x{row['throughput_vs_smallest']} ops/s, "
+                    f"x{row['rss_vs_smallest']} RSS", "flat", None)
+    en = load("endurance_rss")
+    if en:
+        pts = ", ".join(f"{v} MB at {k} min" for k, v in en["rss_mb"].items())
+        add("6 harness RSS", "30-min endurance run (12 kinds): RSS", pts,
+            f"malloc in use {en['malloc_in_use_mb']['20']} -> {en['malloc_in_use_mb']['30']} MB",
+            f"x{en['rss_mb']['30'] / en['rss_mb']['2']:.2f} over the run", "live memory flat",
+            en["malloc_in_use_mb"]["30"] <= en["malloc_in_use_mb"]["20"])
+    return out
+
+
+def ratio(a: Any, b: Any) -> str:
+    try:
+        return f"x{a / b:.2f}"
+    except (TypeError, ZeroDivisionError):
+        return ""
+
+
+def table(rs: list[dict[str, Any]]) -> str:
+    lines = ["| item | measure | Ordeal | reference | comparison | goal | status |",
+             "|---|---|---:|---:|---:|---|---|"]
+    for x in rs:
+        st = x["status"] + (f" ({x['miss_by']})" if x["miss_by"] else "")
+        lines.append(f"| {x['item']} | {x['measure']} | {x['ordeal']} | {x['reference']} | "
+                     f"{x['comparison']} | {x['goal']} | {st} |")
+    return "\n".join(lines)
+
+
+def summary(args: argparse.Namespace, ran: list[str], seconds: float) -> None:
+    rs = rows()
+    m = machine()
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    write_json("summary", {"when": when, "machine": m, "mode": "quick" if args.quick else "full",
+                           "ran": ran, "seconds": round(seconds), "rows": rs})
+    missed = [x for x in rs if x["status"] == "MISSED"]
+    md = [f"# Harness benchmarks ({when})", "",
+          f"Machine: {m['cpus']} cores ({m['cpu_model']}), {m['memory_gib']} GiB, {m['os']}, "
+          f"kernel {m['kernel']}, Python {m['python']}, no GPU. **Shared**: {m['shared']}. "
+          f"Load average at the start: {', '.join(f'{x:.1f}' for x in m['loadavg_at_start'])}.",
+          "",
+          f"Command: `.venv/bin/python -m bench{' --quick' if args.quick else ''}` "
+          f"({'quick' if args.quick else 'full'}; ran {', '.join(ran) or 'nothing'} in "
+          f"{seconds / 60:.0f} min; other rows from earlier runs' files). Details per item: "
+          "bench/results/<item>.json; method: bench/README.md.", "",
+          table(rs), "",
+          f"Goals missed: {len(missed)} of {sum(1 for x in rs if x['status'] != 'n/a')} judged."]
+    notes = RESULTS / "notes.md"
+    if notes.exists():
+        md += ["", notes.read_text().strip()]
+    (RESULTS / "summary.md").write_text("\n".join(md) + "\n")
+    print("\n" + table(rs) + "\n")
+    print(f"written: {RESULTS / 'summary.md'}, {RESULTS / 'summary.json'}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="shorter steps and fewer repeats")
+    ap.add_argument("--only", nargs="+", choices=ALL, default=None)
+    ap.add_argument("--skip", nargs="+", choices=ALL, default=[])
+    ap.add_argument("--checkers-sizes", type=int, nargs="+", default=None)
+    ap.add_argument("--summary-only", action="store_true")
+    args = ap.parse_args()
+    todo = [] if args.summary_only else [b for b in (args.only or ALL) if b not in args.skip]
+    t0 = time.monotonic()
+    ran = []
+    failed = []
+    for name in todo:
+        progress(f"=== {name} ===")
+        try:
+            if name == "load":
+                from bench import bench_load
+                bench_load.run(args.quick)
+            elif name == "agreement":
+                from bench import bench_agreement
+                bench_agreement.run(args.quick)
+            elif name == "proxy":
+                run_proxy(args.quick)
+            elif name == "faults":
+                from bench import bench_faults
+                bench_faults.run(args.quick)
+            elif name == "bringup":
+                from bench import bench_bringup
+                bench_bringup.run(args.quick)
+            elif name == "checkers":
+                run_checkers(args.quick, args.checkers_sizes)
+            ran.append(name)
+        except Exception as e:  # noqa: BLE001 - one failing bench must not hide the others
+            progress(f"{name} FAILED: {type(e).__name__}: {e}")
+            failed.append(name)
+    summary(args, ran, time.monotonic() - t0)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.exit(main())
