@@ -131,9 +131,10 @@ def rows() -> list[dict[str, Any]]:
     if bu:
         for n, v in sorted(bu["by_n"].items(), key=lambda kv: int(kv[0])):
             ok = None if int(n) != 3 else v["replicas_ratio"] <= bu["goal_ratio_at_3"]
-            add("5 bring-up", f"N={n}: replicas ready / cluster ready (s)",
-                f"{v['replicas_ready_s']} / {v['cluster_ready_s']}", "N=1",
-                f"x{v['replicas_ratio']} / x{v['cluster_ratio']}",
+            add("5 bring-up", f"N={n}: replicas ready / cluster ready (s); replicas' CPU s",
+                f"{v['replicas_ready_s']} / {v['cluster_ready_s']}; {v.get('replicas_cpu_s')}",
+                "N=1", f"x{v['replicas_ratio']} / x{v['cluster_ratio']}; CPU "
+                f"x{v.get('cpu_ratio')}",
                 f"N=3 <= x{bu['goal_ratio_at_3']:g} of N=1" if int(n) == 3 else "", ok,
                 "" if ok in (None, True) else
                 f"x{v['replicas_ratio']} vs x{bu['goal_ratio_at_3']:g}")

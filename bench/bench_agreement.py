@@ -155,7 +155,7 @@ def run(quick: bool = False, pairs: int | None = None, rate: float = 4.0) -> dic
     from fixtures.vllm_engine import VllmReplica
     from ordeal.topology import Endpoint
 
-    pairs = pairs or (4 if quick else 8)
+    pairs = pairs or (3 if quick else 6)
     duration = 15.0 if quick else 20.0
     tmp = Path(tempfile.mkdtemp(prefix="ordeal-bench-agree-"))
     os.environ.setdefault("ORDEAL_STATE_DIR", str(tmp / "state"))
@@ -188,7 +188,7 @@ def run(quick: bool = False, pairs: int | None = None, rate: float = 4.0) -> dic
                 show(f"pair {i} {client:6}", res)
         # Control: both clients at the same time, half the rate each, so both
         # see the same server and the same neighbours at every moment.
-        d2 = duration * 2
+        d2 = 60.0 if quick else 90.0
         prompts = write_prompts(rate / 2, d2, 100, tmp)
         out = tmp / "vllm-concurrent.json"
         progress(f"agreement: control run, both clients at once, {rate / 2:g} req/s each "

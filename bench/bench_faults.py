@@ -168,7 +168,7 @@ def run(quick: bool = False, reps: int | None = None, kinds: list[str] | None = 
     from fixtures.vllm_engine import LocalNode
     from ordeal.topology import Endpoint, Link
 
-    reps = reps or (8 if quick else 30)
+    reps = reps or (8 if quick else 20)
     tmp = Path(tempfile.mkdtemp(prefix="ordeal-bench-faults-"))
     os.environ["ORDEAL_STATE_DIR"] = str(tmp / "state")
     run_id = f"bench-faults-{uuid.uuid4().hex[:6]}"
