@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     h = sub.add_parser("heal-all", help="heal every fault still in the ledger")
     h.add_argument("--ledger-dir", default=None, help="ledger directory (default: the state dir)")
+    h.add_argument("--force", action="store_true",
+                   help="heal also the faults of a harness that still runs (default: leave "
+                        "them to it)")
     sub.add_parser("list", help="list the faults still in the ledger, and the known kinds")
     sub.add_parser("catalogue", help="every fault kind, whether it needs root, and why")
     args = ap.parse_args(argv)
@@ -58,12 +61,13 @@ def main(argv: list[str] | None = None) -> int:
         from .catalogue import KINDS
         print(f"known kinds: {', '.join(KINDS)}")
         return 0
-    lines = heal_all(ledger)
+    lines = heal_all(ledger, force=args.force)
     for line in lines:
         print(line)
-    print(f"healed {len(lines)} ledger entr{'y' if len(lines) == 1 else 'ies'} in {ledger.dir}")
     for line in remove_leftovers():
         print(line)
+    healed = [x for x in lines if not x.startswith("left ")]
+    print(f"healed {len(healed)} ledger entr{'y' if len(healed) == 1 else 'ies'} in {ledger.dir}")
     return 0
 
 

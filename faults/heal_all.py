@@ -14,8 +14,10 @@ def heal_entry(entry: LedgerEntry) -> str:
     return cls.heal_entry(entry)
 
 
-def heal_all(ledger: Ledger, skip_run: str | None = None) -> list[str]:
-    """Heal every entry (except those of ``skip_run``, a live run's own).
+def heal_all(ledger: Ledger, skip_run: str | None = None, force: bool = False) -> list[str]:
+    """Heal every entry (except those of ``skip_run``, a live run's own, and,
+    unless ``force``, those whose harness still runs: another pytest-xdist
+    worker or suite on this machine, whose faults are not leftovers).
     An entry whose heal fails stays in the ledger and its line says why, so
     a second ``heal-all`` can retry; nothing is dropped silently."""
     from . import catalogue  # noqa: F401 - registers every kind
@@ -26,6 +28,11 @@ def heal_all(ledger: Ledger, skip_run: str | None = None) -> list[str]:
             lines.append(f"could not read: {entry} (left in place for inspection)")
             continue
         if entry.run_id == skip_run:
+            continue
+        if not force and entry.owner_alive():
+            lines.append(f"left {entry.kind} on {entry.target} ({entry.id}) alone: its harness, "
+                         f"pid {entry.owner_pid}, still runs and will heal it (heal-all --force "
+                         "heals it now)")
             continue
         try:
             lines.append(heal_entry(entry))

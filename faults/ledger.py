@@ -17,6 +17,7 @@ from typing import Any
 
 from ordeal.config import state_dir
 from ordeal.history import utc_iso
+from ordeal.procfs import start_time
 
 
 def default_ledger_dir() -> Path:
@@ -32,6 +33,15 @@ class LedgerEntry:
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     injected: str = field(default_factory=utc_iso)
     owner_pid: int = field(default_factory=os.getpid)
+    # The owner's start time (with its pid: that very process, not a later
+    # one with a reused pid). None in entries written before it was kept.
+    owner_start: str | None = field(default_factory=lambda: start_time(os.getpid()))
+
+    def owner_alive(self) -> bool:
+        """The harness that injected this still runs (another one than us):
+        its faults are its own to heal, not a leftover."""
+        return (self.owner_pid != os.getpid() and self.owner_start is not None
+                and start_time(self.owner_pid) == self.owner_start)
 
 
 class Ledger:
