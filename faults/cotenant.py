@@ -43,6 +43,7 @@ from ordeal.procfs import environ as proc_environ
 from ordeal.procfs import start_time as proc_start_time
 from ordeal.procfs import status_kb
 from ordeal.topology import Node
+from ordeal.workers import visible_gpus
 
 from .base import Fault, FaultError
 from .ledger import Ledger, LedgerEntry
@@ -291,6 +292,7 @@ class CotenantFault(Fault):
         self.node = node
         self.backend = backend
         self.device = device
+        self.physical_gpu: int | None = None  # NVML's index of CUDA's device
         self.tag = new_tag()
         self.helper: Helper | None = None
         self._plan: tuple[list[str], str, dict[str, Any]] | None = None
@@ -310,10 +312,15 @@ class CotenantFault(Fault):
         backend = self._resolve_backend()
         if backend == "cuda":
             count = nvml_device_count()
-            if self.device >= count:
+            # Under a pytest-xdist worker with --gpus-per-worker, CUDA sees
+            # only the worker's GPUs: device i is the i-th of those.
+            visible = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"), count)
+            if self.device >= len(visible):
                 raise FaultError(
-                    f"{self.kind}: GPU {self.device} is not there (NVML sees {count} GPU(s)); "
-                    "pick a device index NVML lists, or use backend='cpu' for a CPU replica")
+                    f"{self.kind}: GPU {self.device} is not there (NVML sees {count} GPU(s); "
+                    f"this process may use {visible} by CUDA_VISIBLE_DEVICES); pick one of "
+                    f"0..{len(visible) - 1}, or use backend='cpu' for a CPU replica")
+            self.physical_gpu = visible[self.device]
         self._plan = self._plan_helper(backend)
 
     def _inverse(self) -> dict[str, Any]:

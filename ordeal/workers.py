@@ -67,3 +67,20 @@ def plan_workers(worker: str, workers: int, replicas: int, mem_available_gb: flo
         raise ConfigError(f"worker {worker} is outside {workers} worker(s)")
     gpus = tuple(range(i * gpus_per_worker, (i + 1) * gpus_per_worker))
     return WorkerPlan(worker, i, workers, gpus)
+
+
+def visible_gpus(cuda_visible_devices: str | None, count: int) -> list[int]:
+    """The physical (NVML) indices a CUDA process started here may use:
+    CUDA_VISIBLE_DEVICES as CUDA reads it (numbers, in order, up to the
+    first invalid entry), or every GPU when it is unset. CUDA's device i is
+    element i of this list; NVML ignores the variable, so telemetry and
+    fault checks translate through it."""
+    if cuda_visible_devices is None:
+        return list(range(count))
+    out: list[int] = []
+    for part in cuda_visible_devices.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) >= count or int(part) in out:
+            break  # CUDA stops at the first entry it cannot use
+        out.append(int(part))
+    return out

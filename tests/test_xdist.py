@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ordeal.config import ConfigError
-from ordeal.workers import plan_workers, worker_index
+from ordeal.workers import plan_workers, visible_gpus, worker_index
 from reports.merge import merge_summaries
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,6 +28,13 @@ def test_each_worker_gets_its_own_gpus():
     assert plans[2].cuda_visible_devices == "4,5"
     assert plan_workers("main", 1, 2, 64.0, 0, 0).cuda_visible_devices is None
     assert worker_index("gw12") == 12
+
+
+def test_cuda_device_i_is_the_workers_i_th_gpu_as_nvml_counts_them():
+    assert visible_gpus(None, 4) == [0, 1, 2, 3]
+    assert visible_gpus("4,5", 8) == [4, 5]
+    assert visible_gpus("2,9,3", 4) == [2]  # CUDA stops at the first GPU it cannot use
+    assert visible_gpus("", 4) == []
 
 
 def test_a_run_that_cannot_fit_fails_at_start_with_the_arithmetic():
