@@ -273,6 +273,10 @@ def load_baseline(run_dir: str | Path, role: str = "baseline") -> dict[str, Any]
     except (OSError, ValueError) as e:
         raise BaselineError(f"{role} {path} is unreadable ({type(e).__name__}: {e}); "
                             "choose another run") from e
+    if isinstance(data, dict) and data.get("kind") == "session":
+        runs = ", ".join(r.get("run_id", "?") for r in data.get("runs", []))
+        raise BaselineError(f"{role} {path} is a session summary (several runs merged), not "
+                            f"one run; name one of its runs instead: {runs}")
     return check_summary(data, path, role)
 
 

@@ -69,6 +69,15 @@ def test_merged_counts_add_up_and_verdicts_combine():
     assert unknown["verdict"] == "unknown"
 
 
+def test_a_session_summary_is_refused_as_a_baseline_with_its_runs_named(tmp_path):
+    from reports.baseline import BaselineError, load_baseline
+    from reports.merge import write_session
+    merged = merge_summaries([summary("r-a", "pass", 1, 1, True)])
+    path = write_session(tmp_path, "session-x", merged)
+    with pytest.raises(BaselineError, match="is a session summary .* one of its runs instead: r-a"):
+        load_baseline(path)
+
+
 @pytest.mark.cluster
 def test_two_workers_run_two_clusters_and_a_fault_stays_in_its_own(tmp_path):
     sync = tmp_path / "sync"
