@@ -5,7 +5,8 @@ together and waited in parallel, the fault proxy, vllm-router), started and
 stopped once per N, in the order 1, 2, 3 (full: then N=1 again, whose two
 starts bracket the others, against a trend in the machine's load). Two figures per start: replicas
 ready (the last replica answers /health and a one-token completion) and
-cluster ready (router too); and the CPU seconds the replicas' process trees
+cluster ready (router too), the fastest of an N's starts counting (the
+neighbours on a shared machine only add time); and the CPU seconds the replicas' process trees
 used to get there (the work: on 2 cores, 3 replicas cannot do 3x the work in
 the time of one). Each is read as a ratio to N = 1's. The model is
 cached (fixtures/model.py) before the first start, so every N reads the same
@@ -96,23 +97,34 @@ def run(quick: bool = False, sizes: list[int] | None = None) -> dict[str, Any]:
         runs.append(res)
         progress(f"bring-up N={n}: replicas ready in {res['replicas_ready_s']} s, cluster "
                  f"in {res['cluster_ready_s']} s (load {res['loadavg_1m']:.1f})")
-    by_n: dict[int, dict[str, Any]] = {}
-    for n in sizes:
-        rs = [x for x in runs if x["n"] == n]
-        by_n[n] = {"replicas_ready_s": r(statistics.median(x["replicas_ready_s"] for x in rs), 2),
-                   "cluster_ready_s": r(statistics.median(x["cluster_ready_s"] for x in rs), 2),
-                   "replicas_cpu_s": r(statistics.median(x["replicas_cpu_s"] or 0 for x in rs), 1),
-                   "starts": len(rs)}
-    base = by_n[sizes[0]]
-    for n, v in by_n.items():
-        v["replicas_ratio"] = r(v["replicas_ready_s"] / base["replicas_ready_s"], 2)
-        v["cluster_ratio"] = r(v["cluster_ready_s"] / base["cluster_ready_s"], 2)
-        v["cpu_ratio"] = r(v["replicas_cpu_s"] / base["replicas_cpu_s"], 2) \
-            if base["replicas_cpu_s"] else None
+    by_n = aggregate(runs, sizes)
     out = {"order": order, "by_n": by_n, "runs": runs, "goal_ratio_at_3": GOAL_RATIO_3,
            "cores": os.cpu_count()}
     write_json("bringup", out)
     return out
+
+
+def aggregate(runs: list[dict[str, Any]], sizes: list[int]) -> dict[int, dict[str, Any]]:
+    """Per N: the fastest start (neighbours on a shared machine only ever add
+    time: seen, the same N=1 start took 89 s and 247 s with the same 28.7 CPU
+    seconds), the median, and the replicas' CPU seconds (the work, which the
+    neighbours do not change); each as a ratio to N=1's."""
+    by_n: dict[int, dict[str, Any]] = {}
+    for n in sizes:
+        rs = [x for x in runs if x["n"] == n]
+        by_n[n] = {"replicas_ready_s": r(min(x["replicas_ready_s"] for x in rs), 2),
+                   "cluster_ready_s": r(min(x["cluster_ready_s"] for x in rs), 2),
+                   "replicas_ready_median_s": r(statistics.median(x["replicas_ready_s"]
+                                                                  for x in rs), 2),
+                   "replicas_cpu_s": r(statistics.median(x["replicas_cpu_s"] or 0 for x in rs), 1),
+                   "starts": len(rs)}
+    base = by_n[sizes[0]]
+    for v in by_n.values():
+        v["replicas_ratio"] = r(v["replicas_ready_s"] / base["replicas_ready_s"], 2)
+        v["cluster_ratio"] = r(v["cluster_ready_s"] / base["cluster_ready_s"], 2)
+        v["cpu_ratio"] = (r(v["replicas_cpu_s"] / base["replicas_cpu_s"], 2)
+                          if base["replicas_cpu_s"] else None)
+    return by_n
 
 
 if __name__ == "__main__":
