@@ -24,6 +24,7 @@ class WorkerPlan:
     index: int
     workers: int
     gpus: tuple[int, ...]  # physical GPU indices this worker may use (CUDA_VISIBLE_DEVICES)
+    cpus: tuple[int, ...] = ()  # CPU cores of this worker's harness and nodes (() = all)
 
     @property
     def cuda_visible_devices(self) -> str | None:
@@ -41,9 +42,15 @@ def worker_index(worker: str) -> int:
 
 def plan_workers(worker: str, workers: int, replicas: int, mem_available_gb: float,
                  gpus_on_machine: int, gpus_per_worker: int,
-                 replica_gb: float = REPLICA_GB) -> WorkerPlan:
+                 replica_gb: float = REPLICA_GB, cpus: tuple[int, ...] = ()) -> WorkerPlan:
     """This worker's share, or ConfigError with the arithmetic when the
-    machine cannot hold ``workers`` clusters of ``replicas`` replicas."""
+    machine cannot hold ``workers`` clusters of ``replicas`` replicas.
+
+    ``cpus``: the cores this process may use. With several workers and at
+    least as many cores, each worker gets cores of its own (every i-th), so
+    one cluster's restart (a CPU-heavy model load) cannot slow another's
+    requests: seen on 2 cores, a restart in one worker broke the other's
+    recovery SLO until each had a core."""
     if workers < 1:
         raise ConfigError(f"{workers} workers: need at least one")
     if gpus_per_worker < 0:
@@ -66,7 +73,8 @@ def plan_workers(worker: str, workers: int, replicas: int, mem_available_gb: flo
     if i >= workers:
         raise ConfigError(f"worker {worker} is outside {workers} worker(s)")
     gpus = tuple(range(i * gpus_per_worker, (i + 1) * gpus_per_worker))
-    return WorkerPlan(worker, i, workers, gpus)
+    own = tuple(sorted(cpus)[i::workers]) if workers > 1 and len(cpus) >= workers else ()
+    return WorkerPlan(worker, i, workers, gpus, own)
 
 
 def visible_gpus(cuda_visible_devices: str | None, count: int) -> list[int]:

@@ -40,8 +40,12 @@ def test_seeded_schedule_of_tolerable_faults(ordeal_run, ordeal_config):
     assert len(summary["faults"]) == len(injects), summary["faults"]
     for w in summary["faults"]:
         assert w["injected"] and w["healed"] and not w["error"], w
-    assert Ledger().pending() == []  # everything healed, nothing left on record
-    assert summary["ops"]["invoked"] >= 300, summary["ops"]
+    # Everything this run injected is healed and off the record (another
+    # pytest-xdist worker's live faults share the ledger, and are its own).
+    mine = [e for e in Ledger().pending() if isinstance(e, str) or e.run_id == ordeal_run.run_id]
+    assert mine == []
+    # Open-loop Poisson arrivals: at least 60% of rate x duration were sent.
+    assert summary["ops"]["invoked"] >= 0.6 * ordeal_config.load_rate * duration, summary["ops"]
     for r in results:
         assert r.valid is True, r.to_dict()
     assert summary["verdict"] == "pass"

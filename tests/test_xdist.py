@@ -30,6 +30,13 @@ def test_each_worker_gets_its_own_gpus():
     assert worker_index("gw12") == 12
 
 
+def test_each_worker_gets_cores_of_its_own_when_there_are_enough():
+    two = [plan_workers(f"gw{i}", 2, 1, 64.0, 0, 0, cpus=(0, 1, 2, 3)) for i in range(2)]
+    assert [p.cpus for p in two] == [(0, 2), (1, 3)]
+    assert plan_workers("gw0", 3, 1, 64.0, 0, 0, cpus=(0, 1)).cpus == ()  # too few: share
+    assert plan_workers("main", 1, 2, 64.0, 0, 0, cpus=(0, 1)).cpus == ()  # alone: all
+
+
 def test_cuda_device_i_is_the_workers_i_th_gpu_as_nvml_counts_them():
     assert visible_gpus(None, 4) == [0, 1, 2, 3]
     assert visible_gpus("4,5", 8) == [4, 5]
