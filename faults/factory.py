@@ -38,6 +38,16 @@ def build_faults(kind: str, target: str, cluster: Cluster, run_id: str, ledger: 
     may also name the router."""
     cls = fault_class(kind)
     params = dict(params or {})
+    jump_file = getattr(cluster, "sequence_jump_file", None)
+    if kind == "lsn_jump" and jump_file is not None:
+        # An engine whose sequences are request chains (Triton): the jump
+        # acts on the client's sequence steps, named by the link it stands on.
+        from .sequence_jump import SequenceJump
+        names = select(target, [x.name for x in cluster.links], rng) if cluster.links else [target]
+        try:
+            return [SequenceJump(n, run_id, ledger, jump_file, **params) for n in names[:1]]
+        except TypeError as e:
+            raise FaultError(f"lsn_jump: bad parameters {params} ({e})") from None
     if kind in LINK_KINDS:
         links = list(cluster.links)
         if not links:

@@ -3,15 +3,16 @@ proxy's L7 SSE toxics: ``mode`` drop (a gap), duplicate (a repeat) or
 reorder (``count`` events reversed) of ``count`` data events after the first
 ``after_events``. The stream otherwise stays well framed, so only a client
 or checker that follows the sequence (token ids against usage, greedy text
-against its golden) can notice. (The Triton sequence variant, skipping or
-repeating requests of a correlation id, belongs with the Triton workload.)"""
+against its golden) can notice. On a Triton cluster the factory builds the
+sequence variant instead (faults/sequence_jump.py: steps of a correlated
+sequence skip, repeat or restart)."""
 
 from __future__ import annotations
 
 from ordeal.topology import Link
 
 from .base import FaultError
-from .ledger import Ledger
+from .ledger import Ledger, LedgerEntry
 from .link_fault import LinkFault, ToxicSpec
 
 MODES = {"drop": "sse_drop", "duplicate": "sse_duplicate", "reorder": "sse_reorder"}
@@ -33,3 +34,12 @@ class LsnJump(LinkFault):
         specs = [ToxicSpec(MODES[mode], "downstream",
                            {"after_events": after_events, "count": count}, toxicity)]
         super().__init__(link, run_id, ledger, specs)
+
+    @classmethod
+    def heal_entry(cls, entry: LedgerEntry) -> str:
+        """Ledger entries of both variants are kind ``lsn_jump``; the sequence
+        variant's inverse names its control file."""
+        if "jump_file" in entry.inverse:
+            from .sequence_jump import SequenceJump
+            return SequenceJump.heal_entry(entry)
+        return super().heal_entry(entry)

@@ -98,7 +98,10 @@ class CountersMonotonic(StreamingChecker):
         if v is None or not v.get("metrics"):
             return
         self.samples += 1
-        counters = {k: x for k, x in v["metrics"].items() if k.endswith("_total")}
+        # The engine's own counters, and the common names its adapter maps
+        # them to (fixtures/engine.py): Triton's counters have no _total.
+        both = {**v["metrics"], **{f"common:{k}": x for k, x in (v.get("common") or {}).items()}}
+        counters = {k: x for k, x in both.items() if k.endswith("_total")}
         prev = self.last.get(v["node"])
         self.last[v["node"]] = (v.get("pid"), counters)
         if prev is None:
@@ -114,7 +117,8 @@ class CountersMonotonic(StreamingChecker):
                                       **op_brief(op)})
 
     def result(self) -> Result:
-        details = {"samples": self.samples, "restarts_seen": self.restarts}
+        details = {"samples": self.samples, "restarts_seen": self.restarts,
+                   "counters": sorted({k for _, c in self.last.values() for k in c})}
         if self.problems:
             return Result(self.name, False, details, self.problems)
         return Result(self.name, True if self.samples else "unknown", details)

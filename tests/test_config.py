@@ -17,7 +17,8 @@ def test_bad_durations_name_the_setting(text):
 
 @pytest.mark.parametrize("kw, match", [
     (dict(backend="moon"), "unknown backend"), (dict(replicas=0), "--replicas"),
-    (dict(host="10.0.0.5"), "loopback"), (dict(engine="tgi"), "not supported")])
+    (dict(host="10.0.0.5"), "loopback"), (dict(engine="tgi"), "unknown engine"),
+    (dict(engine="triton", backend="docker"), "--cluster local only")])
 def test_bad_cluster_specs(kw, match):
     with pytest.raises(ConfigError, match=match):
         ClusterSpec(**kw)

@@ -1,0 +1,80 @@
+"""lsn_jump on a stateful (sequence-batched) Triton model: steps of a
+correlated sequence skip, repeat or restart in flight.
+
+The SSE variant (faults/lsn_jump.py) rewrites token streams in the fault
+proxy. Triton's sequences are request chains, not streams: the jump sits in
+the Triton client (fixtures.triton_client.JumpControl), between the invoke
+the history records and the request on the wire, so the history keeps what
+the client meant and only the server's answers can show what arrived. This
+fault writes the control file the client reads; the heal removes it. Modes
+(the SSE names map onto them): ``skip`` (drop: the position after the
+intended one), ``repeat`` (duplicate: the position before it again),
+``restart`` (reorder: a second START for the live sequence). ``count`` steps
+jump per window.
+
+A correct server rejects every jumped step (``invariants.sequence`` counts
+them as detected jumps); a server that accepts one continues with state the
+client never built, which is that checker's violation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .base import Fault, FaultError
+from .ledger import Ledger, LedgerEntry
+
+MODES = {"skip": "skip", "repeat": "repeat", "restart": "restart",
+         "drop": "skip", "duplicate": "repeat", "reorder": "restart"}
+
+
+class SequenceJump(Fault):
+    # kind is "lsn_jump", set below the class: one kind is one registry entry
+    # (faults.base.REGISTRY maps it to LsnJump, whose heal_entry hands ledger
+    # entries of this variant back here).
+    needs_root = False
+    privilege = "writes a control file in the run's own log directory"
+
+    def __init__(self, target: str, run_id: str, ledger: Ledger, jump_file: Path,
+                 mode: str = "skip", count: int = 3, **_sse_params: Any):
+        if mode not in MODES:
+            raise FaultError(f"lsn_jump (sequences): unknown mode {mode!r}; use one of "
+                             f"{', '.join(MODES)}")
+        if count < 1:
+            raise FaultError(f"lsn_jump (sequences): count {count}: give 1 or more steps")
+        super().__init__(target, run_id, ledger)
+        self.jump_file = Path(jump_file)
+        self.mode = MODES[mode]
+        self.count = count
+
+    def _preflight(self) -> None:
+        if not self.jump_file.parent.is_dir():
+            raise FaultError(f"lsn_jump (sequences): {self.jump_file.parent} does not exist; "
+                             "is the cluster running?")
+
+    def _inverse(self) -> dict[str, Any]:
+        return {"jump_file": str(self.jump_file)}
+
+    def _act(self) -> dict[str, Any]:
+        assert self.entry is not None
+        tmp = self.jump_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"id": self.entry.id, "mode": self.mode,
+                                   "count": self.count}))
+        os.replace(tmp, self.jump_file)  # the client never reads half a file
+        return {"variant": "sequence", "mode": self.mode, "count": self.count,
+                "jump_file": str(self.jump_file)}
+
+    def _undo(self) -> dict[str, Any]:
+        self.jump_file.unlink(missing_ok=True)
+        return {"variant": "sequence", "removed": str(self.jump_file)}
+
+    @classmethod
+    def heal_entry(cls, entry: LedgerEntry) -> str:
+        Path(entry.inverse["jump_file"]).unlink(missing_ok=True)
+        return f"closed lsn_jump (sequences) on {entry.target}: control file removed"
+
+
+SequenceJump.kind = "lsn_jump"
