@@ -57,6 +57,7 @@ class SequenceConsistent(StreamingChecker):
         self.counts = {"sequences": 0, "steps": 0, "ok": 0, "judged": 0, "lost_or_unknown": 0}
         self.rejected: dict[str, int] = {}
         self.jumps_detected = 0
+        self.detected: list[dict[str, Any]] = []  # a few detected jumps, as evidence
         self.bad: list[dict[str, Any]] = []
 
     def feed(self, op: Op) -> None:
@@ -81,6 +82,9 @@ class SequenceConsistent(StreamingChecker):
             in_order = (start and sid not in self.state) or self.state.get(sid, (-1,))[0] == step
             if in_order and sid not in self.unknown and cause in ("out_of_order", "live_start"):
                 self.jumps_detected += 1
+                if len(self.detected) < MAX_COUNTEREXAMPLES:
+                    self.detected.append({**op_brief(op), "sequence_id": sid, "step": step,
+                                          "cause": cause})
             self._forget(sid)
         else:  # info: it may have been applied
             self.counts["lost_or_unknown"] += 1
@@ -135,7 +139,7 @@ class SequenceConsistent(StreamingChecker):
 
     def result(self) -> Result:
         details = {**self.counts, "rejected": dict(self.rejected),
-                   "jumps_detected": self.jumps_detected}
+                   "jumps_detected": self.jumps_detected, "detected_examples": list(self.detected)}
         if self.counts["steps"] == 0:
             return Result(self.name, "unknown", {**details, "why": "no sequence step in the "
                                                  "history (the workload sent none)"})
