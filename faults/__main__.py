@@ -3,7 +3,9 @@
 Prints one line per entry. Process faults whose cluster is gone need no
 repair (the next suite start ends leftover processes by their recorded ids);
 their entries are closed and reported. Then the Docker containers and
-networks of runs whose harness is gone are removed, by label.
+networks of runs whose harness is gone are removed, by label, and the
+processes and temp dirs of ``--cluster ray`` runs whose harness is gone
+(faults.ray_node.remove_leftovers: by process record and owner marker).
 """
 
 from __future__ import annotations
@@ -65,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     for line in lines:
         print(line)
     for line in remove_leftovers():
+        print(line)
+    from .ray_node import remove_leftovers as remove_ray_leftovers
+    for line in remove_ray_leftovers():  # Ray nodes, engines and temp dirs of dead harnesses
         print(line)
     healed = [x for x in lines if not x.startswith("left ")]
     print(f"healed {len(healed)} ledger entr{'y' if len(healed) == 1 else 'ies'} in {ledger.dir}")

@@ -12,5 +12,11 @@ KINDS = (
     "gpu_memory_pressure", "process_kill", "process_pause", "http_fault",
 )
 
+#: Kinds that only one backend has, kept out of KINDS (the endurance
+#: catalogue and every backend run those): ``--cluster ray``'s node faults.
+BACKEND_KINDS = {"ray_node_loss": "ray_node", "ray_node_pause": "ray_node"}
+
 for _kind in KINDS:
     importlib.import_module(f"faults.{_kind}")
+for _module in set(BACKEND_KINDS.values()):
+    importlib.import_module(f"faults.{_module}")

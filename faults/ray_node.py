@@ -1,0 +1,308 @@
+"""Node-level faults only a multi-node engine has, on ``--cluster ray``:
+lose a Ray node, or pause it, and let Ray reschedule what ran there.
+
+A *Ray node* here is one simulated node the suite started
+(``fixtures.ray_cluster.RayNode``): one process group holding its raylet,
+agents and Ray workers (the replica actors), plus the vLLM engines those
+actors started (each a process group of its own, so process faults can hit
+one engine alone). Faults reach it only through what the node object
+offers (``pid``, ``pids()``, ``signal``, ``engines()``, ``start``); no
+backend is imported here.
+
+- ``ray_node_loss``: SIGKILL the node's group and every engine on it, as a
+  host that dies takes its processes with it. Ray's GCS then declares the
+  node dead (about 3 s with the suite's health-check settings) and restarts
+  each replica actor on a node with a free slot; the actor starts the
+  engine there, on the same port. Heal starts the node again (it joins with
+  a new node id) and waits until every lost replica serves, wherever it
+  runs now; the heal result says where and how long after the kill.
+- ``ray_node_pause``: SIGSTOP the same processes; heal SIGCONTs them. Held
+  longer than Ray's health check, Ray declares the node dead and moves its
+  replicas while the paused engine still holds its port; heal then ends
+  that orphaned engine (ours, checked by pid + start time + label), lets the
+  actor start a fresh one where Ray put it, and restarts the node if Ray
+  told its raylet to exit.
+
+Leftovers of a crashed harness (``remove_leftovers``, run by
+``python -m faults heal-all``): the process groups of Ray runs whose harness
+is gone, found by the suite's process records, and the Ray temp dirs
+(``/tmp/ordeal-ray-*``) whose owner file names a dead harness. Nothing
+without our record or marker is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ordeal import procfs
+from ordeal.config import state_dir
+
+from .base import Fault, FaultError
+from .ledger import Ledger, LedgerEntry
+from .process_pause import Member, continue_members, snapshot, wait_states
+
+RAY_TEMP_PREFIX = "ordeal-ray-"
+RAY_OWNER_FILE = "ordeal-owner"
+
+
+def _members(node: Any) -> tuple[list[Member], list[dict[str, Any]]]:
+    """The node's own processes and those of the engines Ray placed on it
+    (refreshed from their actors first), as the ledger keeps them."""
+    engines = []
+    for r in node.engines_refreshed() if hasattr(node, "engines_refreshed") else node.engines():
+        if r.pid and r.is_running():
+            engines.append({"name": r.name, "pgid": r.pid, "pids": r.pids()})
+    pids = list(node.pids()) + [p for e in engines for p in e["pids"]]
+    return snapshot(pids), engines
+
+
+def _kill_members(members: list[Member]) -> list[int]:
+    """SIGKILL each member that is still the recorded process."""
+    from .process_pause import is_same
+
+    killed = []
+    for m in members:
+        if is_same(m):
+            try:
+                os.kill(m.pid, signal.SIGKILL)
+                killed.append(m.pid)
+            except ProcessLookupError:
+                pass
+    return killed
+
+
+def _wait_gone(pids: list[int], timeout: float = 15.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [p for p in pids if procfs.state(p) not in (None, "Z")]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+class _RayNodeFault(Fault):
+    needs_root = False
+
+    def __init__(self, node: Any, run_id: str, ledger: Ledger, restart: bool = True,
+                 ready_timeout_s: float = 300.0):
+        super().__init__(node.name, run_id, ledger)
+        self.node = node
+        self.restart = restart
+        self.ready_timeout_s = ready_timeout_s
+        self._t_act: float | None = None
+        self._engines: list[dict[str, Any]] = []
+
+    def _preflight(self) -> None:
+        if not hasattr(self.node, "engines"):
+            raise FaultError(f"{self.kind}: {self.node.name} is not a Ray node of this cluster; "
+                             "node faults need --cluster ray (targets: cluster.ray_nodes)")
+        if getattr(self.node, "head", False):
+            raise FaultError(f"{self.kind}: {self.node.name} is the Ray head (GCS); losing it "
+                             "loses the cluster, not a node. Target a worker node "
+                             "(ray-node-0, ...)")
+        if not self.node.is_running():
+            raise FaultError(f"{self.kind}: Ray node {self.node.name} is not running; heal it "
+                             "first or target a live node")
+
+    def _inverse(self) -> dict[str, Any]:
+        members, engines = _members(self.node)
+        if not members:
+            raise FaultError(f"{self.kind}: Ray node {self.node.name} has no labelled process")
+        self._engines = engines
+        return {"action": self.kind, "node": self.node.name, "pgid": self.node.pid,
+                "node_id": self.node.node_id, "engines": [e["name"] for e in engines],
+                "members": [asdict(m) for m in members]}
+
+    def _recorded(self) -> list[Member]:
+        assert self.entry is not None
+        return [Member(**m) for m in self.entry.inverse["members"]]
+
+    def _lost_replicas(self) -> list[Any]:
+        assert self.entry is not None
+        names = set(self.entry.inverse["engines"])
+        return [r for r in self.node.cluster.replicas() if r.name in names]
+
+    def _recover(self, lost_node_id: str | None) -> dict[str, Any]:
+        """Restart the node if it is down, then wait until every replica
+        that ran on it serves again, wherever Ray runs it now."""
+        t0 = time.monotonic()
+        out: dict[str, Any] = {}
+        if self.restart and not self.node.is_running():
+            self.node.start()
+            out["node_restarted"] = True
+            out["node_up_after_s"] = round(time.monotonic() - t0, 2)
+            out["new_node_id"] = (self.node.node_id or "")[:12]
+        placed = {}
+        lost = self._lost_replicas()
+        for r in lost:  # all started first: they load side by side
+            if not r.is_running():
+                # The actor runs (restarted by Ray, or never moved) but its
+                # engine is gone: have the actor start it where it is.
+                try:
+                    r.refresh(timeout=30)
+                    if not r.info.get("running"):
+                        r.start()
+                except Exception:  # noqa: BLE001 - still restarting: wait_ready waits
+                    pass
+        for r in lost:
+            r.wait_ready(self.ready_timeout_s)
+            where = self.node.cluster.ray_node_of(r)
+            placed[r.name] = {
+                "now_on": where.name if where else (r.node_id or "?")[:12],
+                "moved": r.node_id != lost_node_id,
+                "serving_after_inject_s": (round(time.monotonic() - self._t_act, 2)
+                                           if self._t_act else None)}
+        out["replicas"] = placed
+        out["heal_s"] = round(time.monotonic() - t0, 2)
+        return out
+
+
+class RayNodeLoss(_RayNodeFault):
+    kind = "ray_node_loss"
+    privilege = ("SIGKILLs the processes of a simulated Ray node the harness started (its "
+                 "raylet, workers and the engines on it) and starts the node again")
+
+    def _act(self) -> dict[str, Any]:
+        members = self._recorded()
+        self._t_act = time.monotonic()
+        self.node.signal(signal.SIGKILL)  # the node's group, whatever forked since
+        killed = _kill_members(members)
+        left = _wait_gone([m.pid for m in members])
+        if left:
+            raise RuntimeError(f"ray_node_loss: {self.node.name}: {left} still run 15 s after "
+                               "SIGKILL")
+        return {"signal": "SIGKILL", "node_pgid": self.entry.inverse["pgid"] if self.entry
+                else None, "killed": len(killed), "engines": self.entry.inverse["engines"]
+                if self.entry else []}
+
+    def _undo(self) -> dict[str, Any]:
+        assert self.entry is not None
+        return {"action": "restart", **self._recover(self.entry.inverse.get("node_id"))}
+
+    @classmethod
+    def heal_entry(cls, entry: LedgerEntry) -> str:
+        return (f"closed {entry.kind} on {entry.target} from run {entry.run_id}: its Ray "
+                "cluster went with its harness, nothing to restart (its processes are ended "
+                "by their records: heal-all, or the next suite start)")
+
+
+class RayNodePause(_RayNodeFault):
+    kind = "ray_node_pause"
+    privilege = ("sends SIGSTOP/SIGCONT to the processes of a simulated Ray node the harness "
+                 "started (raylet, workers and the engines on it)")
+
+    def _act(self) -> dict[str, Any]:
+        assert self.entry is not None
+        self._t_act = time.monotonic()
+        self.node.signal(signal.SIGSTOP)
+        for m in self._recorded():
+            try:
+                os.kill(m.pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        pids = [m.pid for m in self._recorded()]
+        not_stopped = wait_states(pids, stopped=True)
+        if not_stopped:
+            raise RuntimeError(f"ray_node_pause: {self.node.name}: {not_stopped} not stopped "
+                               "10 s after SIGSTOP")
+        return {"signal": "SIGSTOP", "pids": len(pids), "engines": self.entry.inverse["engines"]}
+
+    def _undo(self) -> dict[str, Any]:
+        assert self.entry is not None
+        continued, gone = continue_members(self._recorded())
+        wait_states(continued, stopped=False)
+        # Ray may have declared the node dead meanwhile: its raylet then
+        # exits on its own, and the replicas' actors run elsewhere. An engine
+        # left from before the pause whose actor moved is an orphan holding
+        # the replica's port: end it (it is one of the recorded members).
+        orphans = []
+        for r in self._lost_replicas():
+            try:
+                r.refresh(timeout=15)
+            except Exception:  # noqa: BLE001 - being restarted: it moved
+                r.info = {**r.info, "node_id": None}
+            if r.node_id != self.entry.inverse.get("node_id"):
+                orphans.append(r.name)
+        if orphans:
+            # Ray declared the node dead: its raylet exits on its own once it
+            # runs again and hears so (seen within a few seconds).
+            deadline = time.monotonic() + 10
+            while self.node.is_running() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        if orphans or not self.node.is_running():
+            engine_pids = {m.pid for m in self._recorded()} - set(self.node.pids())
+            stale = [m for m in self._recorded() if m.pid in engine_pids]
+            _wait_gone(_kill_members(stale))
+        return {"signal": "SIGCONT", "continued": len(continued), "gone": len(gone),
+                "orphans_ended": orphans,
+                **self._recover(self.entry.inverse.get("node_id"))}
+
+    @classmethod
+    def heal_entry(cls, entry: LedgerEntry) -> str:
+        members = [Member(**m) for m in entry.inverse["members"]]
+        continued, skipped = continue_members(members)
+        return (f"healed {entry.kind} on {entry.target} from run {entry.run_id}: SIGCONT to "
+                f"{len(continued)} process(es); {len(skipped)} gone or no longer ours")
+
+
+# -- leftovers of a crashed harness ----------------------------------------
+
+def _owner_alive(pid: Any, start: Any) -> bool:
+    return (isinstance(pid, int) and pid != os.getpid()
+            and procfs.start_time(pid) == start)
+
+
+def remove_leftovers(tmp: Path = Path("/tmp")) -> list[str]:
+    """End the processes of Ray runs whose harness is gone (every record of
+    a run that has a ``ray-*`` node record), then remove their Ray temp
+    dirs. Only recorded groups (leader gone, or still the recorded one) and
+    dirs with our owner marker; a live harness's run is left alone."""
+    lines: list[str] = []
+    rec_dir = state_dir() / "procs"
+    records = []
+    for path in sorted(rec_dir.glob("*.json")) if rec_dir.is_dir() else []:
+        try:
+            records.append((path, json.loads(path.read_text())))
+        except (OSError, ValueError):
+            continue
+    ray_runs = {r.get("run_id") for _, r in records if str(r.get("name", "")).startswith("ray-")}
+    # Nodes first (raylets, workers: the actors), then the engines.
+    for path, rec in sorted(records, key=lambda x: not str(x[1].get("name", "")).startswith(
+            "ray-")):
+        if rec.get("run_id") not in ray_runs or _owner_alive(rec.get("owner_pid"),
+                                                              rec.get("owner_start_time")):
+            continue
+        pgid = int(rec.get("pgid") or 0)
+        members = procfs.group_members(pgid) if pgid else []
+        leader = procfs.start_time(pgid) if pgid else None
+        if leader is not None and leader != rec.get("start_time"):
+            members = [p for p in members
+                       if procfs.environ(p).get("ORDEAL_RUN_ID") == rec.get("run_id")]
+        for pid in members:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if members:
+            lines.append(f"ended {len(members)} leftover process(es) of {rec.get('name')} "
+                         f"(Ray run {rec.get('run_id')}, group {pgid})")
+        path.unlink(missing_ok=True)
+    for d in sorted(tmp.glob(f"{RAY_TEMP_PREFIX}*")):
+        marker = d / RAY_OWNER_FILE
+        try:
+            owner = marker.read_text().split()[0]
+        except (OSError, IndexError):
+            continue  # not ours (no marker): never touched
+        pid, _, start = owner.partition(":")
+        if pid.isdigit() and _owner_alive(int(pid), start):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        lines.append(f"removed leftover Ray temp dir {d}")
+    return lines

@@ -1,0 +1,302 @@
+"""``--cluster ray`` against a real Ray cluster (Ray 2.60's own gcs_server and
+raylets, simulated nodes on this machine) with real vLLM replicas: replicas
+on different Ray nodes, every Ray address on loopback, a lost node's replica
+rescheduled by Ray with its recovery time measured, a paused node healed,
+an existing process fault acting on a Ray replica, a SIGKILLed harness
+cleaned up by ``heal-all``, and clear errors for an address outside the
+allowed set and a Ray cluster that cannot start.
+
+Needs Ray (`pip install 'ray[serve]==2.60.0'`); without it the tests skip
+and say so. One module-scoped cluster of 2 nodes with 1 replica each;
+about 3-4 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from faults.base import FaultError
+from faults.ledger import Ledger
+from faults.process_kill import ProcessKill
+from faults.ray_node import RayNodeLoss, RayNodePause
+from fixtures.ray_cluster import RayCluster, RayError, check_loopback, unavailable_reason
+from fixtures.vllm_engine import SERVED_MODEL_NAME
+from ordeal import procfs
+from ordeal.config import ClusterSpec, ConfigError
+
+REPO = Path(__file__).resolve().parent.parent
+NO_RAY = unavailable_reason()
+needs_ray = pytest.mark.skipif(NO_RAY is not None, reason=f"Ray is missing: {NO_RAY}")
+
+
+def complete(url: str, prompt: str = "hello", timeout: float = 30.0) -> tuple[str, str]:
+    """(text, x-ordeal-node) of one greedy completion."""
+    body = json.dumps({"model": SERVED_MODEL_NAME, "prompt": prompt, "max_tokens": 8,
+                       "temperature": 0}).encode()
+    req = urllib.request.Request(f"{url}/v1/completions", data=body,
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())["choices"][0]["text"], resp.headers.get("x-ordeal-node")
+
+
+def run_processes(run: str) -> list[int]:
+    """Every live process labelled with ``run`` or in a group the run's
+    records name (EngineCore and Ray workers rename themselves)."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if procfs.environ(p.pid).get("ORDEAL_RUN_ID") == run:
+                out.append(p.pid)
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
+@pytest.fixture(scope="module")
+def ray_state(tmp_path_factory):
+    """One state dir for the whole module: the module's cluster writes
+    process records at start and again when a node restarts inside a test,
+    and conftest's per-test dir would split them (a record of the first
+    start was left in the old dir)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ORDEAL_STATE_DIR", str(tmp_path_factory.mktemp("ray-state")))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def isolated_state(ray_state):
+    """Overrides conftest's per-test state dir with the module's."""
+
+
+# -- no cluster needed ------------------------------------------------------
+
+def test_ray_options_are_checked_up_front():
+    with pytest.raises(ConfigError, match="--cluster ray only"):
+        ClusterSpec(backend="local", ray_nodes=2)
+    with pytest.raises(ConfigError, match="HOST:PORT"):
+        ClusterSpec(backend="ray", ray_address="somewhere")
+    with pytest.raises(ConfigError, match="1..16"):
+        ClusterSpec(backend="ray", ray_nodes=99)
+    ClusterSpec(backend="ray", ray_address="127.0.0.1:6379", ray_nodes=3)
+
+
+def test_an_address_outside_the_allowed_set_is_refused_before_connecting(tmp_path):
+    with pytest.raises(RayError, match=r"192\.0\.2\.7:6379 is not allowed.*--allow-target"):
+        check_loopback("--ray-address", ["192.0.2.7:6379"])
+    check_loopback("--ray-address", ["127.0.0.1:6379", "127.0.0.1"])
+    if NO_RAY is None:
+        c = RayCluster(ClusterSpec(backend="ray", replicas=1, ray_address="10.9.8.7:6379"),
+                       "raybad", tmp_path)
+        c.model = object()  # type: ignore[assignment] - never reached: refused first
+        t0 = time.monotonic()
+        with pytest.raises(RayError, match="10.9.8.7:6379 is not allowed"):
+            c.start()
+        assert time.monotonic() - t0 < 5
+        c.stop()
+
+
+@needs_ray
+@pytest.mark.cluster
+def test_a_ray_cluster_that_cannot_start_says_why(tmp_path, monkeypatch):
+    """The head's GCS port is taken: the head exits and the error names the
+    node, its exit and its log, and nothing of the attempt is left."""
+    import fixtures.ray_cluster as rc
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    taken = holder.getsockname()[1]
+    real = rc.free_ports
+    monkeypatch.setattr(rc, "free_ports",
+                        lambda n, host="127.0.0.1": [*real(n - 1, host), taken])
+    run = f"raynostart{uuid.uuid4().hex[:6]}"
+    c = RayCluster(ClusterSpec(backend="ray", replicas=1), run, tmp_path)
+    c.model = object()  # type: ignore[assignment] - the head fails first
+    try:
+        with pytest.raises(RayError, match=r"Ray node ray-head exited with code"):
+            c.start()
+    finally:
+        c.stop()
+        holder.close()
+    assert run_processes(run) == []
+    assert c.temp_dir is not None and not c.temp_dir.exists()
+
+
+# -- one real cluster: 2 simulated nodes, 1 replica each --------------------
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, ray_state):
+    if NO_RAY is not None:
+        pytest.skip(f"Ray is missing: {NO_RAY}")
+    run = f"raytest{uuid.uuid4().hex[:6]}"
+    c = RayCluster(ClusterSpec(backend="ray", replicas=2, ray_nodes=2), run,
+                   tmp_path_factory.mktemp("ray") / "logs")
+    with c:
+        yield c
+    assert run_processes(run) == [], "teardown left processes of the run"
+    from ordeal.config import state_dir
+    assert not list((state_dir() / "procs").glob(f"{run}-*")), "teardown left process records"
+    assert c.temp_dir is not None and not c.temp_dir.exists()
+
+
+@pytest.mark.cluster
+def test_replicas_run_on_different_ray_nodes_all_on_loopback(cluster):
+    d = cluster.describe()
+    assert d["backend"] == "ray"
+    placed = {n["name"]: n["ray_node"] for n in d["nodes"] if n["role"] == "replica"}
+    assert sorted(placed.values()) == ["ray-node-0", "ray-node-1"], placed
+    assert [n["name"] for n in d["ray"]["nodes"]] == ["ray-head", "ray-node-0", "ray-node-1"]
+    assert d["ray"]["address"].startswith("127.0.0.1:")
+    # Every socket any process of the Ray nodes listens on is loopback.
+    pids = {p for n in [cluster.head, *cluster.ray_nodes] for p in n.pids()}
+    listening = [c for c in psutil.net_connections("inet")
+                 if c.status == psutil.CONN_LISTEN and c.pid in pids]
+    assert listening, "no listening socket found for the Ray nodes"
+    outside = [(c.pid, c.laddr) for c in listening
+               if c.laddr.ip not in ("127.0.0.1", "::ffff:127.0.0.1", "::1")]
+    assert outside == [], f"Ray listens outside loopback: {outside}"
+    text, node = complete(cluster.entrypoint.url)
+    assert text and node in placed
+
+
+@pytest.mark.cluster
+def test_a_process_fault_acts_on_a_ray_replica_unchanged(cluster):
+    r = cluster.node("replica-1")
+    before = r.pid
+    kill = ProcessKill(r, cluster.run_id, Ledger(), ready_timeout_s=240)
+    kill.inject()
+    assert not r.is_running()
+    healed = kill.heal()
+    assert healed["restarted"] and r.is_running() and r.pid != before
+    assert complete(r.endpoint.url)[0]
+
+
+@pytest.mark.cluster
+def test_a_lost_node_s_replica_is_rescheduled_and_its_recovery_measured(cluster, capsys):
+    victim = cluster.node("replica-0")
+    node = cluster.ray_node_of(victim)
+    assert node is not None
+    old_node_id, old_pid = node.node_id, victim.pid
+    other = next(n for n in cluster.ray_nodes if n is not node)
+    loss = RayNodeLoss(node, cluster.run_id, Ledger(), ready_timeout_s=240)
+    loss.inject()
+    assert not node.is_running() and procfs.state(old_pid) in (None, "Z")
+    # Ray (not the suite) moves the replica: watch it serve on the other node
+    # while the lost one is still down, and time it from the kill.
+    rescheduled_s = cluster.wait_rescheduled(victim, away_from=old_node_id, timeout=240)
+    assert victim.node_id == other.node_id and victim.pid != old_pid
+    assert complete(cluster.entrypoint.url)[0]
+    healed = loss.heal()
+    assert healed["node_restarted"] and node.is_running() and node.node_id != old_node_id
+    moved = healed["replicas"]["replica-0"]
+    assert moved["moved"] and moved["now_on"] == other.name
+    with capsys.disabled():
+        print(f"\n[ray] node loss: replica-0 rescheduled from {node.name} to {other.name} and "
+              f"serving {rescheduled_s:.1f}s after the kill; {node.name} back in "
+              f"{healed['node_up_after_s']}s; heal {healed['heal_s']}s")
+    assert rescheduled_s < 240
+
+
+@pytest.mark.cluster
+def test_a_node_paused_past_ray_s_verdict_loses_its_replicas_and_heals(cluster, capsys):
+    """Paused longer than Ray's dead-node verdict (~3 s here): Ray moves the
+    node's replicas while their paused engines still hold the ports; heal
+    ends those orphans, the actors start fresh engines where Ray put them,
+    and the node comes back if Ray told it to exit."""
+    node = cluster.ray_nodes[1]
+    old_id = node.node_id
+    on_it = sorted(r.name for r in node.engines_refreshed())
+    assert on_it, "no replica on the node to pause (the node-loss test moves replica-0 here)"
+    pause = RayNodePause(node, cluster.run_id, Ledger(), ready_timeout_s=240)
+    pause.inject()
+    assert [p for p in node.pids() if procfs.state(p) == "T"], "nothing of the node is stopped"
+    time.sleep(8)
+    healed = pause.heal()
+    assert sorted(healed["orphans_ended"]) == on_it, healed
+    assert node.is_running() and node.node_id != old_id  # Ray's verdict stood: a new node
+    for r in cluster.replicas():
+        r.wait_ready(120)
+        assert complete(r.endpoint.url)[0]
+    assert all(v["moved"] for v in healed["replicas"].values()), healed
+    with capsys.disabled():
+        print(f"\n[ray] node pause 8 s: {on_it} moved off {node.name}, serving "
+              f"{[v['serving_after_inject_s'] for v in healed['replicas'].values()]}s after the "
+              f"pause began; heal {healed['heal_s']}s")
+
+
+@needs_ray
+def test_node_faults_refuse_the_head_and_non_ray_nodes(cluster):
+    with pytest.raises(FaultError, match="is the Ray head"):
+        RayNodeLoss(cluster.head, "x", Ledger()).inject()
+    with pytest.raises(FaultError, match="not a Ray node"):
+        RayNodeLoss(cluster.node("replica-0"), "x", Ledger()).inject()
+
+
+CRASHING_HARNESS = r"""
+import sys, time
+from pathlib import Path
+from fixtures.ray_cluster import RayCluster
+from ordeal.config import ClusterSpec
+c = RayCluster(ClusterSpec(backend="ray", replicas=1, ray_nodes=1), sys.argv[1], Path(sys.argv[2]),
+               progress=lambda s: print(s, flush=True))
+c._wait_all = lambda replicas: print("PLACED", c.temp_dir, flush=True) or time.sleep(600)
+c.start()
+"""
+
+
+@needs_ray
+@pytest.mark.cluster
+def test_a_sigkilled_harness_leaves_nothing_after_heal_all(tmp_path):
+    """Killed once the Ray nodes run and the replica actor has spawned its
+    engine: heal-all ends the nodes, the actor's engine and the temp dir."""
+    run = f"raycrash{uuid.uuid4().hex[:6]}"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen([sys.executable, "-c", CRASHING_HARNESS, run,
+                              str(tmp_path / "logs")], cwd=REPO, env=env,
+                             stdout=subprocess.PIPE, text=True)
+    temp_dir = None
+    try:
+        deadline = time.monotonic() + 120
+        line = ""
+        while time.monotonic() < deadline and not line.startswith("PLACED"):
+            line = child.stdout.readline() or line
+            if child.poll() is not None:
+                break
+        assert line.startswith("PLACED"), f"the child harness did not start (rc {child.poll()})"
+        temp_dir = Path(line.split()[1])
+        # Wait until the actor has spawned the engine (its record appears).
+        engine = None
+        while time.monotonic() < deadline and engine is None:
+            engine = next((p for p in run_processes(run) if "vllm" in " ".join(
+                psutil.Process(p).cmdline())), None)
+            time.sleep(0.5)
+        assert engine, "the replica actor never started its engine"
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+        time.sleep(1)
+        assert run_processes(run), "the Ray nodes should outlive their harness"
+    finally:
+        if child.poll() is None:
+            child.kill()
+    done = subprocess.run([sys.executable, "-m", "faults", "heal-all"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "ray-head" in done.stdout and "replica-0" in done.stdout, done.stdout
+    assert f"removed leftover Ray temp dir {temp_dir}" in done.stdout, done.stdout
+    deadline = time.monotonic() + 15
+    while run_processes(run) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert run_processes(run) == []
+    assert temp_dir is not None and not temp_dir.exists()
