@@ -42,7 +42,9 @@ def parse_duration(text: str | float | int, setting: str = "duration") -> float:
     return seconds
 
 
-BACKENDS = ("local", "docker")
+BACKENDS = ("local", "docker", "ray")
+#: Inference engines a cluster can run (fixtures/engine.py has their adapters).
+ENGINES = ("vllm", "triton")
 
 
 @dataclass(frozen=True)
@@ -67,14 +69,24 @@ class ClusterSpec:
     docker_memory: str | None = None
     docker_cpus: float | None = None
     docker_gpus: int = 0
+    # --cluster ray only: join the Ray cluster at this GCS address (host:port,
+    # loopback or a network named with --allow-target) instead of starting
+    # one; else the number of simulated worker nodes started here (0: one
+    # per replica, at least two).
+    ray_address: str | None = None
+    ray_nodes: int = 0
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ConfigError(
                 f"--cluster: unknown backend {self.backend!r}; available: {', '.join(BACKENDS)}"
             )
-        if self.engine != "vllm":
-            raise ConfigError(f"engine {self.engine!r} is not supported yet; use 'vllm'")
+        if self.engine not in ENGINES:
+            raise ConfigError(f"--engine: unknown engine {self.engine!r}; available: "
+                              f"{', '.join(ENGINES)}")
+        if self.engine != "vllm" and self.backend != "local":
+            raise ConfigError(f"--engine {self.engine} runs on --cluster local only for now "
+                              f"(this run: --cluster {self.backend}); use --engine vllm there")
         if not 1 <= self.replicas <= 64:
             raise ConfigError(
                 f"--replicas: {self.replicas} is out of range; use 1..64 "
@@ -92,6 +104,16 @@ class ClusterSpec:
                               "zero (e.g. 1.5), or leave it out for no limit")
         if self.docker_gpus < 0:
             raise ConfigError(f"--docker-gpus {self.docker_gpus}: give 0 or more")
+        if self.backend != "ray" and (self.ray_address or self.ray_nodes):
+            raise ConfigError("--ray-address/--ray-nodes apply to --cluster ray only "
+                              f"(this run: {self.backend})")
+        if self.ray_nodes < 0 or self.ray_nodes > 16:
+            raise ConfigError(f"--ray-nodes {self.ray_nodes}: give 1..16 simulated nodes, "
+                              "or 0 for one per replica (at least two)")
+        if self.ray_address is not None and (":" not in self.ray_address
+                                             or not self.ray_address.rsplit(":", 1)[1].isdigit()):
+            raise ConfigError(f"--ray-address {self.ray_address!r}: give the head's GCS address "
+                              "as HOST:PORT, e.g. 127.0.0.1:6379")
         if self.backend != "docker" and (self.docker_image or self.docker_memory
                                          or self.docker_cpus or self.docker_gpus):
             raise ConfigError("--docker-image/--docker-memory/--docker-cpus/--docker-gpus "
