@@ -30,6 +30,11 @@ def catalogue_lines() -> list[str]:
         lines.append(f"{kind:<20} root: {'yes' if cls.needs_root else 'no '}  {cls.privilege}")
         if cls.without_root:
             lines.append(f"{'':<20}       without root: {cls.without_root}")
+    from .catalogue import BACKEND_KINDS
+    for kind in BACKEND_KINDS:  # one backend's own kinds (ray_node_*: --cluster ray)
+        cls = REGISTRY[kind]
+        lines.append(f"{kind:<20} root: {'yes' if cls.needs_root else 'no '}  {cls.privilege} "
+                     "(--cluster ray only)")
     need = [k for k in KINDS if REGISTRY[k].needs_root]
     lines.append(f"{len(KINDS)} kinds; {len(need)} need root ({', '.join(need)}); this harness "
                  f"runs as {user_name()} (uid {os.geteuid()}): "

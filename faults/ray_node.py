@@ -166,6 +166,7 @@ class _RayNodeFault(Fault):
 
 class RayNodeLoss(_RayNodeFault):
     kind = "ray_node_loss"
+    needs_root = False
     privilege = ("SIGKILLs the processes of a simulated Ray node the harness started (its "
                  "raylet, workers and the engines on it) and starts the node again")
 
@@ -195,6 +196,7 @@ class RayNodeLoss(_RayNodeFault):
 
 class RayNodePause(_RayNodeFault):
     kind = "ray_node_pause"
+    needs_root = False
     privilege = ("sends SIGSTOP/SIGCONT to the processes of a simulated Ray node the harness "
                  "started (raylet, workers and the engines on it)")
 
