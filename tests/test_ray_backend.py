@@ -237,6 +237,7 @@ def test_a_node_paused_past_ray_s_verdict_loses_its_replicas_and_heals(cluster, 
 
 
 @needs_ray
+@pytest.mark.cluster
 def test_node_faults_refuse_the_head_and_non_ray_nodes(cluster):
     with pytest.raises(FaultError, match="is the Ray head"):
         RayNodeLoss(cluster.head, "x", Ledger()).inject()
