@@ -55,6 +55,10 @@ def test_explore_fault_schedules(request, ordeal_cluster, ordeal_run, ordeal_say
     outcome = explore(ctx)
     ordeal_say(f"explore: {ctx.examples} example(s) on the cluster, {len(ctx.failures)} "
                f"failing, budget {budget_s:.0f}s")
+    ordeal_run.summary_extra["explore_unattributed"] = ctx.unattributed
+    if ctx.unattributed:
+        ordeal_say(f"explore: {len(ctx.unattributed)} example(s) broke an invariant before any "
+                   f"fault (summary explore_unattributed): {ctx.unattributed}")
     if not ctx.failures:
         if outcome is not None:
             raise outcome  # a harness error, not a finding

@@ -48,6 +48,8 @@ def test_an_exploration_finds_shrinks_and_replays_a_failure(ordeal_cluster, orde
     ctx = Exploration(ordeal_cluster, run_dir, ordeal_say, t0 + BUDGET_S, plan=NARROW)
     outcome = explore(ctx)
     took = time.monotonic() - t0
+    if ctx.unattributed:  # reported, not findings: see Exploration.unattributed
+        ordeal_say(f"explore: unattributed {ctx.unattributed}")
     ordeal_say(f"explore: {ctx.examples} example(s), {len(ctx.failures)} failing, "
                f"{took:.0f}s of a {BUDGET_S:.0f}s budget; Hypothesis ended with {outcome!r:.200}")
     assert took < BUDGET_S + OVERRUN_S, "the exploration overran its budget"
