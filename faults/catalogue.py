@@ -14,7 +14,8 @@ KINDS = (
 
 #: Kinds that only one backend has, kept out of KINDS (the endurance
 #: catalogue and every backend run those): ``--cluster ray``'s node faults.
-BACKEND_KINDS = {"ray_node_loss": "ray_node", "ray_node_pause": "ray_node"}
+BACKEND_KINDS = {"ray_node_loss": "ray_node", "ray_node_pause": "ray_node",
+                 "ray_node_partition": "ray_node"}
 
 for _kind in KINDS:
     importlib.import_module(f"faults.{_kind}")

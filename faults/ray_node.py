@@ -41,9 +41,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ordeal import procfs
+from ordeal import cgroup2, procfs
 from ordeal.config import state_dir
 
+from . import iptables
 from .base import Fault, FaultError
 from .ledger import Ledger, LedgerEntry
 from .process_pause import Member, continue_members, snapshot, wait_states
@@ -163,6 +164,33 @@ class _RayNodeFault(Fault):
         out["heal_s"] = round(time.monotonic() - t0, 2)
         return out
 
+    def _end_orphans(self) -> list[str]:
+        """Ray may have declared the node dead meanwhile: its raylet then
+        exits on its own, and the replicas' actors run elsewhere. An engine
+        left from before the fault whose actor moved is an orphan holding
+        the replica's port: end it (it is one of the recorded members).
+        Returns the replicas whose engine was orphaned."""
+        assert self.entry is not None
+        orphans = []
+        for r in self._lost_replicas():
+            try:
+                r.refresh(timeout=15)
+            except Exception:  # noqa: BLE001 - being restarted: it moved
+                r.info = {**r.info, "node_id": None}
+            if r.node_id != self.entry.inverse.get("node_id"):
+                orphans.append(r.name)
+        if orphans:
+            # Ray declared the node dead: its raylet exits on its own once it
+            # runs again and hears so (seen within a few seconds).
+            deadline = time.monotonic() + 10
+            while self.node.is_running() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        if orphans or not self.node.is_running():
+            engine_pids = {m.pid for m in self._recorded()} - set(self.node.pids())
+            stale = [m for m in self._recorded() if m.pid in engine_pids]
+            _wait_gone(_kill_members(stale))
+        return orphans
+
 
 class RayNodeLoss(_RayNodeFault):
     kind = "ray_node_loss"
@@ -220,30 +248,8 @@ class RayNodePause(_RayNodeFault):
         assert self.entry is not None
         continued, gone = continue_members(self._recorded())
         wait_states(continued, stopped=False)
-        # Ray may have declared the node dead meanwhile: its raylet then
-        # exits on its own, and the replicas' actors run elsewhere. An engine
-        # left from before the pause whose actor moved is an orphan holding
-        # the replica's port: end it (it is one of the recorded members).
-        orphans = []
-        for r in self._lost_replicas():
-            try:
-                r.refresh(timeout=15)
-            except Exception:  # noqa: BLE001 - being restarted: it moved
-                r.info = {**r.info, "node_id": None}
-            if r.node_id != self.entry.inverse.get("node_id"):
-                orphans.append(r.name)
-        if orphans:
-            # Ray declared the node dead: its raylet exits on its own once it
-            # runs again and hears so (seen within a few seconds).
-            deadline = time.monotonic() + 10
-            while self.node.is_running() and time.monotonic() < deadline:
-                time.sleep(0.2)
-        if orphans or not self.node.is_running():
-            engine_pids = {m.pid for m in self._recorded()} - set(self.node.pids())
-            stale = [m for m in self._recorded() if m.pid in engine_pids]
-            _wait_gone(_kill_members(stale))
         return {"signal": "SIGCONT", "continued": len(continued), "gone": len(gone),
-                "orphans_ended": orphans,
+                "orphans_ended": self._end_orphans(),
                 **self._recover(self.entry.inverse.get("node_id"))}
 
     @classmethod
@@ -252,6 +258,132 @@ class RayNodePause(_RayNodeFault):
         continued, skipped = continue_members(members)
         return (f"healed {entry.kind} on {entry.target} from run {entry.run_id}: SIGCONT to "
                 f"{len(continued)} process(es); {len(skipped)} gone or no longer ours")
+
+
+# -- a node cut off from the head -------------------------------------------
+
+#: iptables' multiport match takes at most 15 ports, a range counting two.
+MULTIPORT_MAX = 15
+
+
+def port_lists(ports: Any) -> list[str]:
+    """``ports`` (a RayPorts: single ports and one worker range) as
+    multiport ``--dports`` arguments of at most 15 slots each."""
+    items = [str(p) for p in ports.ports] + [f"{ports.workers[0]}:{ports.workers[1]}"]
+    out: list[str] = []
+    current: list[str] = []
+    used = 0
+    for item in items:
+        cost = 2 if ":" in item else 1
+        if used + cost > MULTIPORT_MAX:
+            out.append(",".join(current))
+            current, used = [], 0
+        current.append(item)
+        used += cost
+    if current:
+        out.append(",".join(current))
+    return out
+
+
+def partition_rules(cgroup: str, own: Any, peers: list[Any]) -> list[tuple[str, ...]]:
+    """Rules (argv after ``-A <chain>``, OUTPUT hook) that cut a node in
+    cgroup ``cgroup`` from the rest of the Ray cluster, both ways:
+
+    - packets its processes send to a Ray port of a peer (the head's GCS,
+      another node's raylet, a driver's or actor's worker port) are dropped;
+    - packets anyone outside its cgroup sends to one of its Ray ports are
+      dropped (the GCS's health checks, calls to its actors).
+
+    Every node shares 127.0.0.1, so the sender is told by the socket's
+    cgroup and the receiver by its port. An engine's serving port is not a
+    Ray port: the router still reaches the engines on the node, as it would
+    a host cut off from its cluster's control plane only."""
+    if not cgroup.startswith("/"):
+        raise FaultError(f"ray_node_partition: cgroup {cgroup!r} must be a path under the "
+                         "cgroup v2 root, starting with '/'")
+    rules: list[tuple[str, ...]] = []
+    for peer in peers:
+        for dports in port_lists(peer):
+            rules.append(("-p", "tcp", "-m", "cgroup", "--path", cgroup,
+                          "-m", "multiport", "--dports", dports, "-j", "DROP"))
+    for dports in port_lists(own):
+        rules.append(("-p", "tcp", "-m", "multiport", "--dports", dports,
+                      "-m", "cgroup", "!", "--path", cgroup, "-j", "DROP"))
+    return rules
+
+
+class RayNodePartition(_RayNodeFault):
+    """Cut a node off from the head: its raylet misses the GCS's health
+    checks, Ray declares it dead and restarts its actors elsewhere, while
+    its engines keep running and (through the router) keep serving. Heal
+    removes the rules; the node hears it was declared dead and exits, its
+    orphaned engines are ended, the moved actors start theirs, the node is
+    started again. Needs root (iptables) and the node in a cgroup of its own
+    (``RayNode.cgroup``: cgroup v2, made by the cluster)."""
+
+    kind = "ray_node_partition"
+    needs_root = True
+    privilege = ("adds iptables rules (a chain ORDEAL-<id>, jumped to from OUTPUT) that "
+                 "match the simulated Ray node's cgroup and Ray's ports: CAP_NET_ADMIN")
+    without_root = "ray_node_pause (no root): the node falls silent the same way to Ray"
+
+    def _preflight(self) -> None:
+        super()._preflight()
+        if getattr(self.node, "cgroup", None) is None:
+            why = getattr(self.node, "cgroup_unavailable", None) or "it has none"
+            raise FaultError(f"ray_node_partition: {self.node.name} does not run in a cgroup "
+                             f"of its own ({why}); the partition needs cgroup v2 and root")
+        iptables.require_usable()
+        self._rules()
+
+    def _peers(self) -> list[Any]:
+        cluster = self.node.cluster
+        return [n for n in [cluster.head, *cluster.ray_nodes]
+                if n is not None and n is not self.node and n.ray_ports is not None]
+
+    def _rules(self) -> list[tuple[str, ...]]:
+        return partition_rules(self.node.cgroup, self.node.ray_ports,
+                               [p.ray_ports for p in self._peers()])
+
+    def _inverse(self) -> dict[str, Any]:
+        return {**super()._inverse(), "chain": f"{iptables.CHAIN_PREFIX}<fault id>",
+                "cgroup": self.node.cgroup, "rules": [list(r) for r in self._rules()]}
+
+    @property
+    def chain(self) -> str:
+        assert self.entry is not None
+        return iptables.chain_name(self.entry.id)
+
+    def _act(self) -> dict[str, Any]:
+        assert self.entry is not None
+        rules = self._rules()
+        self._t_act = time.monotonic()
+        iptables.create_chain(iptables.ChainSpec(
+            self.chain, iptables.comment_for(self.run_id, self.entry.id), tuple(rules),
+            hooks=("OUTPUT",)))
+        return {"chain": self.chain, "cgroup": self.node.cgroup, "rules": len(rules),
+                "cut_from": [p.name for p in self._peers()],
+                "engines": self.entry.inverse["engines"]}
+
+    def dropped(self) -> int:
+        """Packets the partition's rules dropped so far."""
+        return sum(c.packets for c in iptables.counters(self.chain))
+
+    def _undo(self) -> dict[str, Any]:
+        assert self.entry is not None
+        dropped = self.dropped()
+        removed = iptables.remove_chain(self.chain)
+        return {"chain": self.chain, "existed": removed["existed"], "dropped_packets": dropped,
+                "orphans_ended": self._end_orphans(),
+                **self._recover(self.entry.inverse.get("node_id"))}
+
+    @classmethod
+    def heal_entry(cls, entry: LedgerEntry) -> str:
+        done = iptables.remove_chain(iptables.chain_name(entry.id))
+        return (f"healed {entry.kind} on {entry.target} from run {entry.run_id}: "
+                f"{'removed' if done['existed'] else 'found no'} chain {done['chain']} "
+                f"({done['jumps_removed']} jump(s) removed); the node's processes are ended "
+                "by their records")
 
 
 # -- leftovers of a crashed harness ----------------------------------------
@@ -307,4 +439,10 @@ def remove_leftovers(tmp: Path = Path("/tmp")) -> list[str]:
             continue
         shutil.rmtree(d, ignore_errors=True)
         lines.append(f"removed leftover Ray temp dir {d}")
+    # The nodes' cgroups (ray_node_partition), named like the temp dirs: a
+    # live harness's temp dir is still there, a dead one's was just removed.
+    for rel in cgroup2.ours():
+        if rel.startswith(f"/{RAY_TEMP_PREFIX}") and not (tmp / rel.lstrip("/")).exists():
+            problems = cgroup2.remove(rel)
+            lines += problems or [f"removed leftover cgroup {rel}"]
     return lines

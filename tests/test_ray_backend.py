@@ -30,10 +30,13 @@ import pytest
 from faults.base import FaultError
 from faults.ledger import Ledger
 from faults.process_kill import ProcessKill
-from faults.ray_node import RayNodeLoss, RayNodePause
-from fixtures.ray_cluster import RayCluster, RayError, check_loopback, unavailable_reason
+from faults import iptables
+from faults.ray_node import (RayNodeLoss, RayNodePartition, RayNodePause, partition_rules,
+                             port_lists)
+from fixtures.ray_cluster import (RayCluster, RayError, RayPorts, check_loopback,
+                                  unavailable_reason)
 from fixtures.vllm_engine import SERVED_MODEL_NAME
-from ordeal import procfs
+from ordeal import cgroup2, procfs
 from ordeal.config import ClusterSpec, ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -132,9 +135,30 @@ def test_a_ray_cluster_that_cannot_start_says_why(tmp_path, monkeypatch):
         holder.close()
     assert run_processes(run) == []
     assert c.temp_dir is not None and not c.temp_dir.exists()
+    assert f"/{c.temp_dir.name}" not in cgroup2.ours(), "teardown left the nodes' cgroups"
 
 
 # -- one real cluster: 2 simulated nodes, 1 replica each --------------------
+
+def test_partition_rules_cut_a_node_s_cgroup_from_its_peers_ray_ports_both_ways():
+    node = RayPorts((101, 102, 103), (2000, 2023))
+    head = RayPorts(tuple(range(201, 210)), (3000, 3023))
+    rules = partition_rules("/ordeal-ray-x/ray-node-0", node, [head])
+    assert rules == [
+        ("-p", "tcp", "-m", "cgroup", "--path", "/ordeal-ray-x/ray-node-0", "-m", "multiport",
+         "--dports", "201,202,203,204,205,206,207,208,209,3000:3023", "-j", "DROP"),
+        ("-p", "tcp", "-m", "multiport", "--dports", "101,102,103,2000:2023",
+         "-m", "cgroup", "!", "--path", "/ordeal-ray-x/ray-node-0", "-j", "DROP")]
+    with pytest.raises(FaultError, match="must be a path under the cgroup v2 root"):
+        partition_rules("ordeal-ray-x", node, [head])
+
+
+def test_port_lists_respect_multiport_s_fifteen_slots():
+    many = RayPorts(tuple(range(1, 15)), (100, 200))  # 14 ports + a range (2 slots)
+    lists = port_lists(many)
+    assert lists == [",".join(str(p) for p in range(1, 15)), "100:200"]
+    assert all(sum(2 if ":" in x else 1 for x in lst.split(",")) <= 15 for lst in lists)
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, ray_state):
@@ -236,6 +260,48 @@ def test_a_node_paused_past_ray_s_verdict_loses_its_replicas_and_heals(cluster, 
               f"pause began; heal {healed['heal_s']}s")
 
 
+@pytest.mark.cluster
+def test_a_node_partitioned_from_the_head_is_declared_dead_and_heals(cluster, capsys):
+    """Cut from the head (iptables on the node's cgroup and Ray's ports):
+    the GCS's health checks fail, Ray declares the node dead and restarts
+    its actors elsewhere, while its engines, whose serving ports are not
+    cut, still answer. Heal removes the rules, ends those orphans, and every
+    replica serves again with the node back in the cluster."""
+    if iptables.unavailable_reason() or cgroup2.unavailable_reason():
+        pytest.skip(f"ray_node_partition needs iptables and cgroup v2 as root: "
+                    f"{iptables.unavailable_reason() or cgroup2.unavailable_reason()}")
+    ray = sys.modules["ray"]
+    node = next((n for n in cluster.ray_nodes if n.engines_refreshed()), None)
+    assert node is not None and node.cgroup, "no Ray node with a replica and a cgroup"
+    assert node.pid in cgroup2.procs(cgroup2.mount_point() / node.cgroup.lstrip("/"))
+    on_it, old_id = sorted(r.name for r in node.engines()), node.node_id
+    part = RayNodePartition(node, cluster.run_id, Ledger(), ready_timeout_s=240)
+    part.inject()
+    t0, declared_s = time.monotonic(), None
+    while time.monotonic() < t0 + 60:
+        if {n["NodeID"]: n["Alive"] for n in ray.nodes()}.get(old_id) is False:
+            declared_s = time.monotonic() - t0
+            break
+        time.sleep(0.5)
+    assert declared_s is not None, "Ray never declared the partitioned node dead in 60 s"
+    assert part.dropped() > 0
+    # Only Ray's control plane is cut: the old engines still answer.
+    assert complete(cluster.entrypoint.url)[0]
+    healed = part.heal()
+    assert healed["existed"] and healed["dropped_packets"] > 0, healed
+    assert healed["chain"] not in [c.name for c in iptables.list_chains()]
+    assert sorted(healed["orphans_ended"]) == on_it, healed
+    assert node.is_running() and node.node_id != old_id  # Ray's verdict stood: a new node
+    for r in cluster.replicas():
+        r.wait_ready(120)
+        assert complete(r.endpoint.url)[0]
+    with capsys.disabled():
+        print(f"\n[ray] node partition: {node.name} declared dead {declared_s:.1f}s after the "
+              f"cut ({healed['dropped_packets']} packets dropped); {on_it} serving "
+              f"{[v['serving_after_inject_s'] for v in healed['replicas'].values()]}s after "
+              f"the cut began; heal {healed['heal_s']}s")
+
+
 @needs_ray
 @pytest.mark.cluster
 def test_node_faults_refuse_the_head_and_non_ray_nodes(cluster):
@@ -296,6 +362,9 @@ def test_a_sigkilled_harness_leaves_nothing_after_heal_all(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "ray-head" in done.stdout and "replica-0" in done.stdout, done.stdout
     assert f"removed leftover Ray temp dir {temp_dir}" in done.stdout, done.stdout
+    if cgroup2.unavailable_reason() is None:
+        assert f"removed leftover cgroup /{temp_dir.name}" in done.stdout, done.stdout
+        assert f"/{temp_dir.name}" not in cgroup2.ours()
     deadline = time.monotonic() + 15
     while run_processes(run) and time.monotonic() < deadline:
         time.sleep(0.2)
