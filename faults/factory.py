@@ -2,7 +2,8 @@
 live cluster. Pure lookup plus target selection; the faults themselves act.
 
 Node kinds take a node (a replica, or the router when named); link kinds
-take a link of the fault proxy (``client-router``, ``router-replica-0``).
+take a link of the fault proxy (``client-router``, ``router-replica-0``);
+a backend's own kinds take that backend's nodes (``ray-node-0``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from ordeal.topology import Cluster
 
 from .base import REGISTRY, Fault, FaultError
+from .catalogue import BACKEND_KINDS
 from .ledger import Ledger
 from .targets import select
 
@@ -29,6 +31,19 @@ def fault_class(kind: str) -> type[Fault]:
     except KeyError:
         raise FaultError(f"unknown fault kind {kind!r}; known kinds: "
                          f"{', '.join(sorted(REGISTRY))}") from None
+
+
+def _backend_targets(kind: str, target: str, cluster: Cluster, rng: random.Random) -> list[Any]:
+    """A backend's own kinds (``ray_node_*``) act on that backend's nodes
+    (``cluster.ray_nodes``: the simulated Ray worker nodes), chosen by the
+    same words or named (``ray-node-0``)."""
+    nodes = list(getattr(cluster, "ray_nodes", None) or [])
+    if not nodes:
+        raise FaultError(f"{kind} acts on simulated Ray nodes: run with --cluster ray (this "
+                         f"cluster is {getattr(cluster, 'backend', '?')!r}, or joined an "
+                         "existing Ray cluster whose nodes the suite does not own)")
+    by_name = {n.name: n for n in nodes}
+    return [by_name[n] for n in select(target, list(by_name), rng)]
 
 
 def build_faults(kind: str, target: str, cluster: Cluster, run_id: str, ledger: Ledger,
@@ -55,6 +70,8 @@ def build_faults(kind: str, target: str, cluster: Cluster, run_id: str, ledger: 
                              "none: start it with the fault proxy on")
         names = select(target, [x.name for x in links], rng)
         objs: list[Any] = [cluster.link(n) for n in names]
+    elif kind in BACKEND_KINDS:
+        objs = _backend_targets(kind, target, cluster, rng)
     else:
         pool = [n.name for n in (cluster.replicas() if target in ("one", "minority", "majority",
                                                                   "all") else cluster.nodes)]

@@ -55,6 +55,18 @@ def test_bad_options_say_what_to_do():
         StopCondition(max_error_rate=1.5)
     assert kinds_option("all") == ALL and kinds_option(None) == ALL
     assert kinds_option(" process_kill, process_pause ") == ("process_kill", "process_pause")
+    with pytest.raises(ConfigError, match=r"act on the simulated nodes of --cluster ray.*local"):
+        kinds_option("process_kill,ray_node_loss")
+    assert kinds_option("ray_node_loss,ray_node_partition", "ray") == (
+        "ray_node_loss", "ray_node_partition")
+
+
+def test_ray_node_kinds_are_scheduled_on_ray_nodes_when_named():
+    steps = EndurancePlan(duration_s=3600, seed=3, replicas=2,
+                          kinds=("ray_node_loss", "ray_node_pause")).schedule()
+    kinds = {s.kind for s in steps}
+    assert kinds == {"ray_node_loss", "ray_node_pause"}, kinds
+    assert all(s.target == "one" or s.target.startswith("ray-node-") for s in steps), steps
 
 
 def test_remaining_steps_drop_what_ran_and_shift_the_rest():

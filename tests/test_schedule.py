@@ -204,3 +204,35 @@ def test_a_slow_action_pushes_the_rest_of_the_schedule_back(tmp_path):
     inject_b = next(o for o in ops if o.f == "inject" and o.value.get("target") == "b")
     gap_s = (inject_b.time_ns - heal_a_end.time_ns) / 1e9
     assert gap_s >= 0.75, f"the 0.8 s quiet after the slow heal shrank to {gap_s:.2f} s"
+
+
+class _RayNodeStandIn:
+    """What the factory reads of a simulated Ray node: its name. The fault
+    itself acts on the real one in tests/test_ray_backend.py and
+    suites/faults/test_ray_node_*.py."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+class _Clusterish:
+    def __init__(self, backend: str, ray_nodes: list):
+        self.backend, self.ray_nodes, self.links, self.nodes = backend, ray_nodes, [], []
+
+
+def test_ray_node_kinds_target_the_ray_nodes_by_word_or_name():
+    nodes = [_RayNodeStandIn(f"ray-node-{i}") for i in range(3)]
+    cluster = _Clusterish("ray", nodes)
+    for kind in ("ray_node_loss", "ray_node_pause", "ray_node_partition"):
+        named = build_faults(kind, "ray-node-2", cluster, "r", Ledger(), random.Random(0))
+        assert [f.node for f in named] == [nodes[2]] and named[0].kind == kind
+    every = build_faults("ray_node_loss", "all", cluster, "r", Ledger(), random.Random(0))
+    assert [f.node for f in every] == nodes
+    with pytest.raises(FaultError, match="unknown name"):
+        build_faults("ray_node_loss", "replica-0", cluster, "r", Ledger(), random.Random(0))
+
+
+def test_ray_node_kinds_on_another_backend_say_what_to_run():
+    with pytest.raises(FaultError, match="run with --cluster ray .*'local'"):
+        build_faults("ray_node_pause", "one", _Clusterish("local", []), "r", Ledger(),
+                     random.Random(0))
