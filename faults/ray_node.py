@@ -50,6 +50,10 @@ from .ledger import Ledger, LedgerEntry
 from .process_pause import Member, continue_members, snapshot, wait_states
 
 RAY_TEMP_PREFIX = "ordeal-ray-"
+#: After a pause or partition ends, how long Ray may still take to declare
+#: the node dead: a health check in flight (timeout 1 s) and the failures
+#: counted so far (3 of them at 1 s intervals, set by the suite's nodes).
+VERDICT_SETTLE_S = 5.0
 RAY_OWNER_FILE = "ordeal-owner"
 
 
@@ -98,6 +102,7 @@ class _RayNodeFault(Fault):
         self.restart = restart
         self.ready_timeout_s = ready_timeout_s
         self._t_act: float | None = None
+        self._declared_dead: bool | None = None  # by Ray, seen at heal
         self._engines: list[dict[str, Any]] = []
 
     def _preflight(self) -> None:
@@ -169,8 +174,16 @@ class _RayNodeFault(Fault):
         exits on its own, and the replicas' actors run elsewhere. An engine
         left from before the fault whose actor moved is an orphan holding
         the replica's port: end it (it is one of the recorded members).
-        Returns the replicas whose engine was orphaned."""
+        A node Ray declared dead is left to exit (or stopped) so that the
+        heal starts it again. Returns the replicas whose engine was
+        orphaned."""
         assert self.entry is not None
+        # Ray's verdict can land just after the heal (an endurance run:
+        # a 6 s partition, declared dead a moment after its rules were gone,
+        # and the node left the cluster for good). Watch for it first.
+        deadline = time.monotonic() + VERDICT_SETTLE_S
+        while not self.node.declared_dead() and time.monotonic() < deadline:
+            time.sleep(0.5)
         orphans = []
         for r in self._lost_replicas():
             try:
@@ -179,13 +192,21 @@ class _RayNodeFault(Fault):
                 r.info = {**r.info, "node_id": None}
             if r.node_id != self.entry.inverse.get("node_id"):
                 orphans.append(r.name)
-        if orphans:
-            # Ray declared the node dead: its raylet exits on its own once it
-            # runs again and hears so (seen within a few seconds).
+        # Ray may have declared the node dead with no replica on it too (an
+        # endurance run met that: the node then left on its own a moment
+        # after a heal that had found nothing to do, and stayed down).
+        dead = bool(orphans) or self.node.declared_dead()
+        self._declared_dead = dead
+        if dead:
+            # Its raylet exits on its own once it runs again and hears so
+            # (seen within a few seconds); a node that has not heard after
+            # 10 s is stopped, so that _recover starts it afresh.
             deadline = time.monotonic() + 10
             while self.node.is_running() and time.monotonic() < deadline:
                 time.sleep(0.2)
-        if orphans or not self.node.is_running():
+            if self.node.is_running():
+                self.node.stop()
+        if dead or not self.node.is_running():
             engine_pids = {m.pid for m in self._recorded()} - set(self.node.pids())
             stale = [m for m in self._recorded() if m.pid in engine_pids]
             _wait_gone(_kill_members(stale))
@@ -249,7 +270,7 @@ class RayNodePause(_RayNodeFault):
         continued, gone = continue_members(self._recorded())
         wait_states(continued, stopped=False)
         return {"signal": "SIGCONT", "continued": len(continued), "gone": len(gone),
-                "orphans_ended": self._end_orphans(),
+                "orphans_ended": self._end_orphans(), "declared_dead": self._declared_dead,
                 **self._recover(self.entry.inverse.get("node_id"))}
 
     @classmethod
@@ -374,7 +395,7 @@ class RayNodePartition(_RayNodeFault):
         dropped = self.dropped()
         removed = iptables.remove_chain(self.chain)
         return {"chain": self.chain, "existed": removed["existed"], "dropped_packets": dropped,
-                "orphans_ended": self._end_orphans(),
+                "orphans_ended": self._end_orphans(), "declared_dead": self._declared_dead,
                 **self._recover(self.entry.inverse.get("node_id"))}
 
     @classmethod
@@ -443,6 +464,9 @@ def remove_leftovers(tmp: Path = Path("/tmp")) -> list[str]:
     # live harness's temp dir is still there, a dead one's was just removed.
     for rel in cgroup2.ours():
         if rel.startswith(f"/{RAY_TEMP_PREFIX}") and not (tmp / rel.lstrip("/")).exists():
+            left = cgroup2.kill_all(rel)  # born on a dead harness's node: ours
+            if left:
+                lines.append(f"ended {len(left)} leftover process(es) in cgroup {rel}")
             problems = cgroup2.remove(rel)
             lines += problems or [f"removed leftover cgroup {rel}"]
     return lines

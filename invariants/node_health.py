@@ -102,11 +102,16 @@ class CountersMonotonic(StreamingChecker):
         # them to (fixtures/engine.py): Triton's counters have no _total.
         both = {**v["metrics"], **{f"common:{k}": x for k, x in (v.get("common") or {}).items()}}
         counters = {k: x for k, x in both.items() if k.endswith("_total")}
+        # The process is known by its pid and by the start time it exports:
+        # a Ray replica's pid comes from its actor's last report, which lags
+        # a restart Ray made on its own (seen: counters from 52186 to 0 under
+        # an unchanged pid), while process_start_time_seconds never does.
+        who = (v.get("pid"), v["metrics"].get("process_start_time_seconds"))
         prev = self.last.get(v["node"])
-        self.last[v["node"]] = (v.get("pid"), counters)
+        self.last[v["node"]] = (who, counters)
         if prev is None:
             return
-        if prev[0] != v.get("pid"):
+        if prev[0] != who:
             self.restarts += 1  # a new process starts its counters at zero
             return
         for name, value in counters.items():

@@ -14,6 +14,7 @@ no external tools.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -82,6 +83,26 @@ def procs(path: Path) -> list[int]:
         except (OSError, ValueError):
             continue
     return out
+
+
+def kill_all(rel: str) -> list[int]:
+    """SIGKILL every process in the suite's cgroup ``rel`` and below, by
+    pid; returns them. Only for a cgroup the caller knows to be its own:
+    what runs there was born there, from a process the suite started (a
+    vLLM EngineCore whose API server Ray killed outlives it there, and
+    nothing else would find it)."""
+    root = mount_point()
+    if root is None:
+        return []
+    top = root / check_name(rel).lstrip("/")
+    killed = []
+    for pid in procs(top):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except ProcessLookupError:
+            pass
+    return killed
 
 
 def remove(rel: str, wait_s: float = 5.0) -> list[str]:

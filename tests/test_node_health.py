@@ -61,6 +61,15 @@ def test_counter_going_backwards_is_caught_unless_the_node_restarted():
     ok = [sample(0, tokens=100.0), sample(2, tokens=10.0, pid=11), sample(4, tokens=20.0, pid=11)]
     r = CountersMonotonic().check(ok, RunContext())
     assert r.valid is True and r.details["restarts_seen"] == 1
+    # A restart whose pid the monitor has not learned yet (a Ray actor
+    # restarted by Ray) still shows in the process start time it exports.
+    moved = [sample(0, tokens=100.0), sample(2, tokens=10.0)]
+    moved[0].value["metrics"]["process_start_time_seconds"] = 1000.0
+    moved[1].value["metrics"]["process_start_time_seconds"] = 1090.0
+    r = CountersMonotonic().check(moved, RunContext())
+    assert r.valid is True and r.details["restarts_seen"] == 1
+    moved[1].value["metrics"]["process_start_time_seconds"] = 1000.0  # same process: a lie
+    assert CountersMonotonic().check(moved, RunContext()).valid is False
     bad = [sample(0, tokens=100.0), sample(2, tokens=90.0)]
     r = CountersMonotonic().check(bad, RunContext())
     assert r.valid is False and "generation_tokens_total went from 100.0 to 90.0" in \

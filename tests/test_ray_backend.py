@@ -302,6 +302,25 @@ def test_a_node_partitioned_from_the_head_is_declared_dead_and_heals(cluster, ca
               f"the cut began; heal {healed['heal_s']}s")
 
 
+@pytest.mark.cluster
+def test_a_node_without_replicas_declared_dead_is_started_again(cluster):
+    """Paused past Ray's verdict with no replica on it: nothing to move or
+    end, yet Ray's verdict stands and the raylet leaves once it hears it.
+    The heal must start the node again (an endurance run once left such a
+    node down, and every later fault on it was refused)."""
+    node = next((n for n in cluster.ray_nodes if not n.engines_refreshed()), None)
+    assert node is not None, "every Ray node runs a replica (the earlier tests move them)"
+    old_id = node.node_id
+    pause = RayNodePause(node, cluster.run_id, Ledger(), ready_timeout_s=240)
+    pause.inject()
+    time.sleep(8)
+    healed = pause.heal()
+    assert healed["declared_dead"] is True and healed["orphans_ended"] == [], healed
+    assert healed.get("node_restarted") and node.is_running() and node.node_id != old_id, healed
+    assert not node.declared_dead()
+    assert complete(cluster.entrypoint.url)[0]
+
+
 @needs_ray
 @pytest.mark.cluster
 def test_node_faults_refuse_the_head_and_non_ray_nodes(cluster):
