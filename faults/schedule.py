@@ -63,11 +63,14 @@ def plan_schedule(choices: Sequence[FaultChoice], duration_s: float, seed: int,
     while True:
         start = t + rng.uniform(*quiet_s)
         hold = rng.uniform(*hold_s)
-        if start + hold > duration_s - tail_s:
+        # Judged on the times as written (ms): a heal at 1601.09674 s rounded
+        # up past a bound of 1601.096736 s (Hypothesis found it).
+        at_inject, at_heal = round(start, 3), round(start + hold, 3)
+        if at_heal > duration_s - tail_s:
             break
         c = choices[key % len(choices)] if cycle else rng.choices(choices, weights)[0]
-        steps.append(Step(round(start, 3), "inject", c.kind, c.target, key, dict(c.params)))
-        steps.append(Step(round(start + hold, 3), "heal", c.kind, c.target, key, dict(c.params)))
+        steps.append(Step(at_inject, "inject", c.kind, c.target, key, dict(c.params)))
+        steps.append(Step(at_heal, "heal", c.kind, c.target, key, dict(c.params)))
         key += 1
         t = start + hold
     return steps
