@@ -1,7 +1,7 @@
 """Item 2 of the performance issue: does the suite measure what vLLM measures?
 
-One real local vLLM replica (the tiny model, fixtures/vllm_engine.py). The
-same prompts (fixtures.workload.plan_requests: streamed completions, greedy,
+One real local vLLM replica (the tiny model, engines/vllm/nodes.py). The
+same prompts (load.workload.plan_requests: streamed completions, greedy,
 8-32 words, 16-48 tokens) at the same rate with steady arrivals, sent in
 alternating runs by Ordeal's workload client (WorkloadRunner + History, the
 suite's path) and by vLLM's own benchmark client (bench/vllm_client.py, the
@@ -44,14 +44,14 @@ METRICS = (("ttft_ms", "ttft"), ("tpot_ms", "tpot"), ("itl_ms", "itl"), ("e2e_ms
 
 
 def spec_for(rate: float, duration: float, seed: int) -> Any:
-    from fixtures.workload import WorkloadSpec
+    from load.workload import WorkloadSpec
     return WorkloadSpec(duration_s=duration, mode="open", rate=rate, burstiness=UNIFORM,
                         seed=seed, prompt_words=(8, 32), max_tokens=(16, 48), stream_share=1.0,
                         chat_share=0.0, canary_every=0, temperature=0.0, timeout_s=60.0)
 
 
 def ordeal_run(url: str, rate: float, duration: float, seed: int, tmp: Path) -> dict[str, Any]:
-    from fixtures.workload import WorkloadRunner
+    from load.workload import WorkloadRunner
     from invariants.base import RunContext, check_all
     from invariants.slo import LatencySLO
     from ordeal.history import History, read_history
@@ -106,7 +106,7 @@ class VllmWorker:
 
 
 def write_prompts(rate: float, duration: float, seed: int, tmp: Path) -> Path:
-    from fixtures.workload import plan_requests
+    from load.workload import plan_requests
 
     plan = list(plan_requests(spec_for(rate, duration, seed), limit_s=duration))
     path = tmp / f"prompts-{seed}-{rate:g}.jsonl"
@@ -150,9 +150,9 @@ def show(label: str, res: dict[str, Any]) -> None:
 
 
 def run(quick: bool = False, pairs: int | None = None, rate: float = 4.0) -> dict[str, Any]:
-    from fixtures.model import ensure_tiny_model
-    from fixtures.ports import free_ports
-    from fixtures.vllm_engine import VllmReplica
+    from engines.vllm.model import ensure_tiny_model
+    from nodes.ports import free_ports
+    from engines.vllm.nodes import VllmReplica
     from ordeal.topology import Endpoint
 
     pairs = pairs or (3 if quick else 6)

@@ -1,6 +1,6 @@
 """Item 5 of the performance issue: cluster bring-up for N = 1, 2, 3 replicas.
 
-The embedded real cluster (fixtures/local_cluster.py: N vLLM replicas spawned
+The embedded real cluster (clusters/local.py: N vLLM replicas spawned
 together and waited in parallel, the fault proxy, vllm-router), started and
 stopped once per N, in the order 1, 2, 3 (full: then N=1 again, whose two
 starts bracket the others, against a trend in the machine's load). Two figures per start: replicas
@@ -9,7 +9,7 @@ cluster ready (router too), the fastest of an N's starts counting (the
 neighbours on a shared machine only add time); and the CPU seconds the replicas' process trees
 used to get there (the work: on 2 cores, 3 replicas cannot do 3x the work in
 the time of one). Each is read as a ratio to N = 1's. The model is
-cached (fixtures/model.py) before the first start, so every N reads the same
+cached (engines/vllm/model.py) before the first start, so every N reads the same
 files. One cluster at a time: at most three replicas (~9 GB) are up.
 
     python -m bench.bench_bringup [--quick] [--sizes 1 2 3]
@@ -33,8 +33,8 @@ GOAL_RATIO_3 = 1.5  # "about the time of one": 3 replicas within 1.5x of one
 
 
 def start_once(n: int, tmp: Path) -> dict[str, Any]:
-    from fixtures.local_cluster import LocalCluster
-    from fixtures.model import ensure_tiny_model
+    from clusters.local import LocalCluster
+    from engines.vllm.model import ensure_tiny_model
     from ordeal.config import ClusterSpec
 
     model = ensure_tiny_model(0)
@@ -71,7 +71,7 @@ def start_once(n: int, tmp: Path) -> dict[str, Any]:
 
 
 def run(quick: bool = False, sizes: list[int] | None = None) -> dict[str, Any]:
-    from fixtures.model import ensure_tiny_model
+    from engines.vllm.model import ensure_tiny_model
 
     sizes = sizes or [1, 2, 3]
     order = sizes if quick else sizes + sizes[:1]  # N=1 again at the end: the drift

@@ -1,8 +1,8 @@
 """Item 4 of the performance issue: fault effect latency.
 
 The real fault classes of faults/ act on real processes: the bench SSE
-server run as a labelled node (fixtures.processes.ManagedProcess behind a
-fixtures.vllm_engine.LocalNode, as a replica would be) and Ordeal's fault
+server run as a labelled node (nodes.process.ManagedProcess behind a
+engines.vllm.nodes.LocalNode, as a replica would be) and Ordeal's fault
 proxy in front of it (faults.proxy, one link). A prober thread opens a new
 connection and sends ``GET /health`` every 1 ms (5 ms through the proxy, a
 Python process that 1000 new connections a second overload), never waiting
@@ -163,9 +163,9 @@ def run(quick: bool = False, reps: int | None = None, kinds: list[str] | None = 
     from faults.process_kill import ProcessKill
     from faults.process_pause import ProcessPause
     from faults.proxy.launch import ProxyProcess
-    from fixtures.ports import free_ports
-    from fixtures.processes import ManagedProcess
-    from fixtures.vllm_engine import LocalNode
+    from nodes.ports import free_ports
+    from nodes.process import ManagedProcess
+    from nodes.local import LocalNode
     from ordeal.topology import Endpoint, Link
 
     reps = reps or (8 if quick else 20)

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from faults.proxy.launch import ProxyProcess  # noqa: E402
-from fixtures.ports import free_ports  # noqa: E402
+from nodes.ports import free_ports  # noqa: E402
 
 STUB = r"""
 import sys
@@ -141,8 +141,8 @@ def summarize(samples: dict[str, list[float]]) -> dict[str, dict[str, float]]:
 def replica_rows(n: int) -> dict[str, dict[str, dict[str, float]]]:
     import os
 
-    from fixtures.model import ensure_tiny_model
-    from fixtures.vllm_engine import VllmReplica
+    from engines.vllm.model import ensure_tiny_model
+    from engines.vllm.nodes import VllmReplica
     from ordeal.topology import Endpoint
 
     tmp = Path(tempfile.mkdtemp(prefix="ordeal-bench-proxy-"))

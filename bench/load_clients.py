@@ -1,5 +1,5 @@
 """One load-generator run in its own process, pinned to one core, against the
-bench SSE server: either Ordeal's workload client (fixtures/workload.py with
+bench SSE server: either Ordeal's workload client (load/workload.py with
 a real History) or vLLM's own benchmark client (vllm.benchmarks.serve, the
 module behind ``vllm bench serve``). Writes one JSON of figures.
 
@@ -71,7 +71,7 @@ def stamps(text: str) -> list[int]:
 # -- Ordeal's client ---------------------------------------------------------
 
 def run_ordeal(args: argparse.Namespace) -> dict[str, Any]:
-    from fixtures.workload import WorkloadRunner, WorkloadSpec, plan_requests
+    from load.workload import WorkloadRunner, WorkloadSpec, plan_requests
     from ordeal.history import History, read_history
 
     closed = args.concurrency is not None
@@ -128,7 +128,7 @@ def run_ordeal(args: argparse.Namespace) -> dict[str, Any]:
 def vllm_prompts(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The same prompts Ordeal's client sends (its plan, 8 words, fixed
     tokens); a closed loop gets enough for ``duration`` at full speed."""
-    from fixtures.workload import WorkloadSpec, plan_requests
+    from load.workload import WorkloadSpec, plan_requests
 
     closed = args.concurrency is not None
     n = (args.concurrency * max(1, round(args.duration * 1000 / (args.tokens * args.itl_ms)))

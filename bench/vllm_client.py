@@ -37,7 +37,7 @@ def run(url: str, prompts: list[dict[str, Any]], out: Path, rate: float | None =
     from vllm.benchmarks.datasets import SampleRequest
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    from fixtures.model import ensure_tiny_model
+    from engines.vllm.model import ensure_tiny_model
 
     model = ensure_tiny_model(0).path
     host, port = url.removeprefix("http://").rstrip("/").rsplit(":", 1)

@@ -49,7 +49,7 @@ from .base import Fault, FaultError
 from .ledger import Ledger, LedgerEntry
 from .safety import require_running
 
-LABEL = "ORDEAL_RUN_ID"  # the same label fixtures.processes puts on nodes
+LABEL = "ORDEAL_RUN_ID"  # the same label nodes.process puts on nodes
 HELPER_LABEL = "ORDEAL_HELPER"  # unique per helper: what heal matches on
 READY = "READY"
 

@@ -37,7 +37,7 @@ class ProcessKill(Fault):
     def heal_entry(cls, entry: LedgerEntry) -> str:
         # The killed node belonged to a cluster that died with its harness;
         # there is nothing to restart. Its processes are ended by id at the
-        # next suite start (fixtures.processes.reap_leftovers).
+        # next suite start (nodes.process.reap_leftovers).
         return (f"closed {entry.kind} on {entry.target} from run {entry.run_id}: "
                 "its cluster is gone, nothing to restart")
 

@@ -44,7 +44,7 @@ from .ledger import Ledger, LedgerEntry
 from .safety import require_ours, require_running
 
 #: The label every process the suite starts carries in its environment
-#: (fixtures.processes.LABEL; faults do not import the backend).
+#: (nodes.process.LABEL; faults do not import the backend).
 LABEL = "ORDEAL_RUN_ID"
 STOPPED = "T"
 
@@ -65,7 +65,7 @@ def proc_label(pid: int) -> str | None:
 
 def recorded_label(pgid: int) -> str | None:
     """The run id of the process record the suite wrote when it started
-    the group (``$ORDEAL_STATE_DIR/procs/*.json``, fixtures.processes), if
+    the group (``$ORDEAL_STATE_DIR/procs/*.json``, nodes.process), if
     its leader is still that process (same start time)."""
     leader_start = procfs.start_time(pgid)
     if leader_start is None:

@@ -3,7 +3,7 @@ correlated sequence skip, repeat or restart in flight.
 
 The SSE variant (faults/lsn_jump.py) rewrites token streams in the fault
 proxy. Triton's sequences are request chains, not streams: the jump sits in
-the Triton client (fixtures.triton_client.JumpControl), between the invoke
+the Triton client (engines.triton.client.JumpControl), between the invoke
 the history records and the request on the wire, so the history keeps what
 the client meant and only the server's answers can show what arrived. This
 fault writes the control file the client reads; the heal removes it. Modes

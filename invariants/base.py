@@ -57,7 +57,7 @@ class StreamingChecker:
     form for a whole history."""
 
     name = "checker"
-    #: ``result()`` only reads the state: a running judge (fixtures.endurance)
+    #: ``result()`` only reads the state: a running judge (runs.endurance)
     #: may call it mid-run without copying the checker first. False (the
     #: default) for checkers whose result closes what is still open.
     pure_result = False

@@ -5,7 +5,7 @@ A router that retries a request after the replica already ran it (the answer
 was lost on the way back, or the router gave up waiting) makes the cluster do
 the work twice: twice the GPU time, and for a tool-calling agent twice the
 side effect. The client cannot see it; the replicas can. Each replica's
-served journal (fixtures.node_header) records every request id it answered
+served journal (engines.vllm.node_header) records every request id it answered
 and whether it sent the whole response; the monitor copies the journals into
 the history as ``served`` ops, and this checker counts executions per id.
 

@@ -1,5 +1,5 @@
 """Checkers over the monitor's NVML readings (ops of process "monitor", f
-"gpu"; see fixtures.gpu_telemetry).
+"gpu"; see load.gpu_telemetry).
 
 - gpu_memory_back: after the load drained, each GPU's memory used is back
   near its baseline (its first reading of the run), within

@@ -99,7 +99,7 @@ class CountersMonotonic(StreamingChecker):
             return
         self.samples += 1
         # The engine's own counters, and the common names its adapter maps
-        # them to (fixtures/engine.py): Triton's counters have no _total.
+        # them to (engines/base.py): Triton's counters have no _total.
         both = {**v["metrics"], **{f"common:{k}": x for k, x in (v.get("common") or {}).items()}}
         counters = {k: x for k, x in both.items() if k.endswith("_total")}
         # The process is known by its pid and by the start time it exports:

@@ -1,7 +1,7 @@
 """sequence_consistent: a stateful (sequence-batched) model must never
 continue a sequence with state the client did not build.
 
-The client (fixtures.triton_client) records in each ``sequence`` invoke what
+The client (engines.triton.client) records in each ``sequence`` invoke what
 it sends: correlation id, position (``step``), START/END and the value. The
 model answers ``count``, ``total`` and ``applied_step``. From the steps the
 server acknowledged, the checker knows what a correct server must answer:

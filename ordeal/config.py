@@ -43,7 +43,7 @@ def parse_duration(text: str | float | int, setting: str = "duration") -> float:
 
 
 BACKENDS = ("local", "docker", "ray")
-#: Inference engines a cluster can run (fixtures/engine.py has their adapters).
+#: Inference engines a cluster can run (engines/base.py has their adapters).
 ENGINES = ("vllm", "triton")
 
 

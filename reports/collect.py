@@ -296,7 +296,7 @@ class Collector:
                     mine[key] = max(mine.get(key, float(val)), float(val))
 
     def _gpu(self, op: Op) -> None:
-        """An NVML reading of one GPU (fixtures.gpu_telemetry), drawn as a
+        """An NVML reading of one GPU (load.gpu_telemetry), drawn as a
         series "gpuN" beside the nodes; or the one note that there is none."""
         d, v = self.data, op.value
         gpu = v.get("gpu")

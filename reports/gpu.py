@@ -1,7 +1,7 @@
 """What the GPU did in each phase of a run, next to what the requests felt.
 
 One pass over a history: the monitor's NVML readings (ops f "gpu", see
-fixtures.gpu_telemetry) and the requests are grouped by phase: "steady"
+load.gpu_telemetry) and the requests are grouped by phase: "steady"
 before any fault, each fault window ("gpu_throttle@triton-0"), and the
 ``after_heal_s`` after each heal ("after gpu_throttle@triton-0"). Per phase:
 SM clock (median, min), throttle reasons seen (bits and names), utilisation,

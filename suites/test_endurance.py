@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.endurance import (EnduranceState, load_state, resume_history, run_endurance,
+from runs.endurance import (EnduranceState, load_state, resume_history, run_endurance,
                                 save_state)
-from fixtures.run import OrdealRun
+from runs.run import OrdealRun
 from reports.baseline import apply_baseline
 from reports.run_dir import RunDir
 

@@ -1,6 +1,6 @@
 """Explore fault schedules on the real cluster and shrink a failure (issue 12).
 
-The Hypothesis state machine of fixtures/explore_machine.py: its rules
+The Hypothesis state machine of runs/explore_machine.py: its rules
 inject a fault (held at least a drawn 0-8 s) drawn from a small part of the
 catalogue (process_pause of a whole replica or of its engine only,
 network_latency on a router-replica link, network_partition of one replica),
@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
-from fixtures.explore import broken, load_schedule, replay, save_schedule
-from fixtures.explore_machine import Exploration, explore, smallest
+from runs.explore import broken, load_schedule, replay, save_schedule
+from runs.explore_machine import Exploration, explore, smallest
 from ordeal.config import ConfigError, parse_duration
 
 pytestmark = [pytest.mark.explore, pytest.mark.cluster]

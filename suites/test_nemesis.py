@@ -12,7 +12,7 @@ import pytest
 
 from faults import Ledger
 from faults.schedule import FaultChoice, is_healed_at_end, plan_schedule
-from fixtures.workload import WorkloadSpec
+from load.workload import WorkloadSpec
 
 pytestmark = [pytest.mark.smoke, pytest.mark.cluster]
 

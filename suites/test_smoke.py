@@ -4,7 +4,7 @@ Load through the router, SIGKILL one replica's process tree under load and
 restart it, keep the load on until well after the heal, then judge the
 history with every invariant of the engine (consistency and SLO). The same
 test runs on every engine (``--engine vllm|triton``): what differs between
-them lives in the engine's adapter (fixtures/engine.py). Everything lands in
+them lives in the engine's adapter (engines/base.py). Everything lands in
 reports/runs/<run-id>/ (history.jsonl, summary.json).
 """
 
@@ -15,8 +15,8 @@ import json
 import pytest
 
 from faults import Ledger, ProcessKill
-from fixtures.run import PlannedFault
-from fixtures.workload import WorkloadSpec
+from runs.run import PlannedFault
+from load.workload import WorkloadSpec
 
 pytestmark = [pytest.mark.smoke, pytest.mark.cluster]
 

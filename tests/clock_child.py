@@ -20,8 +20,8 @@ from typing import Any
 
 from faults.factory import build_faults
 from faults.ledger import Ledger
-from fixtures.run import OrdealRun, PlannedFault
-from fixtures.workload import WorkloadSpec
+from runs.run import OrdealRun, PlannedFault
+from load.workload import WorkloadSpec
 from ordeal.topology import Endpoint, Link
 from reports.run_dir import RunDir
 

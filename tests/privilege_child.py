@@ -28,9 +28,10 @@ from faults.factory import build_faults
 from faults.ledger import Ledger
 from faults.process_pause import wait_states
 from faults.proxy.client import ProxyClient
-from fixtures.ports import free_ports
-from fixtures.processes import ManagedProcess
-from fixtures.vllm_engine import SERVED_MODEL_NAME, LocalNode, VllmRouter
+from nodes.ports import free_ports
+from nodes.process import ManagedProcess
+from nodes.local import LocalNode
+from engines.vllm.nodes import SERVED_MODEL_NAME, VllmRouter
 from ordeal.topology import Endpoint, Link
 
 HEALTH_SERVER = r"""

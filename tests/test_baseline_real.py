@@ -19,8 +19,8 @@ import pytest
 
 from faults.factory import build_faults
 from faults.ledger import Ledger
-from fixtures.run import OrdealRun
-from fixtures.workload import WorkloadSpec
+from runs.run import OrdealRun
+from load.workload import WorkloadSpec
 from reports.baseline import apply_baseline
 from reports.run_dir import RunDir
 

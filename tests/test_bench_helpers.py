@@ -15,7 +15,7 @@ from bench.bench_faults import Probe, first_seen
 from bench.bench_load import sustained
 from bench.common import diff_pct, pct, start_sse_server
 from bench.load_clients import stamps
-from fixtures.workload import PlannedRequest, send_request
+from load.workload import PlannedRequest, send_request
 
 
 def test_pct_is_numpys_linear_percentile():

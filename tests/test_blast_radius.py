@@ -13,7 +13,7 @@ import pytest
 
 from faults.base import FaultError
 from faults.safety import ALLOWED_NETWORKS, allowed, require_ours
-from fixtures.workload import WorkloadRunner, WorkloadSpec, url_endpoint
+from load.workload import WorkloadRunner, WorkloadSpec, url_endpoint
 from ordeal.history import History, read_history
 from ordeal.topology import Endpoint
 

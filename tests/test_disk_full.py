@@ -19,8 +19,8 @@ import pytest
 from faults.factory import build_faults
 from faults.ledger import Ledger
 from faults.proxy.client import ProxyClient
-from fixtures.run import OrdealRun, PlannedFault
-from fixtures.workload import WorkloadSpec
+from runs.run import OrdealRun, PlannedFault
+from load.workload import WorkloadSpec
 from ordeal.history import History, HistoryWriteError, read_history
 from reports.run_dir import RunDir
 

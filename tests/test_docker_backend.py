@@ -35,11 +35,11 @@ from faults.network_partition import NetworkPartition
 from faults.packet_loss import PacketLoss
 from faults.process_kill import ProcessKill
 from faults.process_pause import ProcessPause
-from fixtures.docker_cluster import DockerCluster, DockerError, unavailable_reason
-from fixtures.model import TinyModel
-from fixtures.monitor import node_journal, sample_node
-from fixtures.processes import reap_leftovers
-from fixtures.vllm_engine import SERVED_MODEL_NAME
+from clusters.docker import DockerCluster, DockerError, unavailable_reason
+from engines.vllm.model import TinyModel
+from load.monitor import node_journal, sample_node
+from nodes.process import reap_leftovers
+from engines.vllm.nodes import SERVED_MODEL_NAME
 from ordeal.config import ClusterSpec
 from ordeal.procfs import state as proc_state
 from ordeal.topology import NodeNotReady
@@ -272,7 +272,7 @@ def test_no_docker_engine_is_a_clear_error_not_a_stack_trace(tmp_path):
 CRASHING_HARNESS = r"""
 import sys, time
 from pathlib import Path
-from fixtures.docker_cluster import DockerCluster
+from clusters.docker import DockerCluster
 from faults.ledger import Ledger
 from faults.network_partition import NetworkPartition
 from ordeal.config import ClusterSpec
@@ -315,5 +315,5 @@ def test_a_sigkilled_harness_leaves_nothing_after_heal_all(tmp_path):
     assert client.networks.list(filters={"label": f"{RUN_LABEL}={run}"}) == []
     assert Ledger().pending() == []
     # The fault proxy was a host process of the dead harness: the next
-    # suite start ends it by its recorded group (fixtures.processes).
+    # suite start ends it by its recorded group (nodes.process).
     assert any("fault-proxy" in line for line in reap_leftovers())

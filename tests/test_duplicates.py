@@ -3,7 +3,7 @@ id. Planted duplicates are caught; legitimate retries are only counted."""
 
 import json
 
-from fixtures.monitor import JournalTail
+from ordeal.journal import JournalTail
 from invariants import RunContext
 from invariants.duplicates import NoDuplicateExecution
 from ordeal.history import Op

@@ -1,4 +1,4 @@
-"""The pure parts of endurance runs (fixtures/endurance.py): the plan and its
+"""The pure parts of endurance runs (runs/endurance.py): the plan and its
 time scale, the state file, where a resumed run continues, and the live
 judge's stop condition, windows and interim file, on synthetic histories."""
 
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from faults.schedule import Step, is_healed_at_end
-from fixtures.endurance import (CATALOGUE, EndurancePlan, EnduranceState, Judge, StopCondition,
+from runs.endurance import (CATALOGUE, EndurancePlan, EnduranceState, Judge, StopCondition,
                                 kinds_option, load_state, remaining_steps, save_state)
 from invariants import RunContext
 from ordeal.config import ConfigError

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from faults.ledger import Ledger
-from fixtures.processes import reap_leftovers
+from nodes.process import reap_leftovers
 from ordeal.history import HARNESS, NEMESIS, read_history
 
 REPO = Path(__file__).resolve().parent.parent

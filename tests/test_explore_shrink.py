@@ -19,9 +19,9 @@ import pytest
 from hypothesis import strategies as st
 
 from faults.ledger import Ledger
-from fixtures.explore import broken, load_schedule, make_clean, replay, save_schedule
-from fixtures.explore_machine import Exploration, ExplorePlan, explore, smallest
-from fixtures.run import OrdealRun
+from runs.explore import broken, load_schedule, make_clean, replay, save_schedule
+from runs.explore_machine import Exploration, ExplorePlan, explore, smallest
+from runs.run import OrdealRun
 from reports.run_dir import RunDir
 
 BUDGET_S = 300.0

@@ -27,8 +27,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fixtures.metrics import MetricsParseError, parse_metrics
-from fixtures.sse import (
+from load.metrics import MetricsParseError, parse_metrics
+from load.sse import (
     MAX_EVENT_BYTES,
     MAX_KEPT_PROBLEMS,
     MAX_STREAM_CHUNKS,
@@ -36,7 +36,7 @@ from fixtures.sse import (
     SSEParser,
     StreamRecorder,
 )
-from fixtures.workload import PlannedRequest, answer_shape, send_request
+from load.workload import PlannedRequest, answer_shape, send_request
 
 FUZZ_EXAMPLES = int(os.environ.get("ORDEAL_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None,

@@ -25,8 +25,8 @@ from faults import Ledger
 from faults.cotenant import GpuSample, nvml_device_count, nvml_sample, proc_start_time
 from faults.gpu_memory_pressure import GpuMemoryPressure
 from faults.gpu_throttle import GpuThrottle
-from fixtures.processes import ManagedProcess
-from fixtures.vllm_engine import LocalNode
+from nodes.process import ManagedProcess
+from nodes.local import LocalNode
 from ordeal.topology import Endpoint
 
 PY = sys.executable
@@ -184,7 +184,7 @@ CHILD = r"""
 import json, sys, time
 from faults import Ledger
 from faults.gpu_memory_pressure import GpuMemoryPressure
-from fixtures.processes import group_members
+from nodes.process import group_members
 
 class AttachedNode:
     role = "replica"

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from fixtures.gpu_telemetry import GpuTelemetry, reading_value
-from fixtures.monitor import Monitor
+from load.gpu_telemetry import GpuTelemetry, reading_value
+from load.monitor import Monitor
 from invariants.base import RunContext
 from invariants.gpu import GpuMemoryBack
 from ordeal.gpu import is_slowdown, reason_names

@@ -15,7 +15,8 @@ import pytest
 from faults.ledger import Ledger
 from faults.network_partition import NetworkPartition
 from faults.process_pause import ProcessPause
-from fixtures.health_probe import CHECK_DEADLINE_S, HealthProbe
+from engines.vllm.nodes import SERVED_MODEL_NAME
+from load.health_probe import CHECK_DEADLINE_S, HealthProbe
 
 pytestmark = pytest.mark.cluster
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)$")
@@ -32,7 +33,7 @@ def by_check(record: dict) -> dict[str, str]:
 
 
 def test_a_probe_answers_in_time_and_names_the_broken_nodes(ordeal_cluster, tmp_path):
-    probe = HealthProbe(ordeal_cluster, tmp_path / "health.jsonl")
+    probe = HealthProbe(ordeal_cluster, tmp_path / "health.jsonl", model=SERVED_MODEL_NAME)
     cut, paused = ordeal_cluster.replicas()[:2]
     healthy = asyncio.run(probes(probe, 3))
     assert all(set(by_check(r).values()) <= {"ok", "absent"} for r in healthy), healthy
@@ -59,7 +60,7 @@ def test_a_probe_answers_in_time_and_names_the_broken_nodes(ordeal_cluster, tmp_
 
 def test_the_probe_thread_writes_one_line_per_probe_and_a_summary(ordeal_cluster, tmp_path):
     path = tmp_path / "health.jsonl"
-    with HealthProbe(ordeal_cluster, path, interval_s=0.2) as probe:
+    with HealthProbe(ordeal_cluster, path, model=SERVED_MODEL_NAME, interval_s=0.2) as probe:
         import time
         time.sleep(1.5)
     lines = [json.loads(x) for x in path.read_text().splitlines()]

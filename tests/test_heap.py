@@ -1,4 +1,4 @@
-"""fixtures.heap: malloc keeps freed memory, trim() gives it back, and
+"""load.heap: malloc keeps freed memory, trim() gives it back, and
 malloc_figures() tells in-use from kept (glibc, as on every CI machine)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ctypes
 
 import pytest
 
-from fixtures import heap
+from load import heap
 
 pytestmark = pytest.mark.skipif(heap._LIBC is None or not hasattr(heap._LIBC, "mallinfo2"),
                                 reason="not glibc >= 2.33: malloc_trim/mallinfo2 missing")

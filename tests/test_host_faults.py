@@ -40,10 +40,11 @@ from faults.clock_drift import (
 from faults.cotenant import mem_available_bytes, proc_start_time, rss_bytes
 from faults.gpu_memory_pressure import GpuMemoryPressure
 from faults.gpu_throttle import GpuThrottle
-from fixtures.model import ensure_tiny_model
-from fixtures.ports import free_ports
-from fixtures.processes import ManagedProcess, group_members
-from fixtures.vllm_engine import SERVED_MODEL_NAME, LocalNode, VllmReplica
+from engines.vllm.model import ensure_tiny_model
+from nodes.ports import free_ports
+from nodes.process import ManagedProcess, group_members
+from nodes.local import LocalNode
+from engines.vllm.nodes import SERVED_MODEL_NAME, VllmReplica
 from ordeal.topology import Endpoint
 
 PY = sys.executable
@@ -449,7 +450,7 @@ from faults import Ledger
 from faults.clock_drift import ClockDrift
 from faults.gpu_memory_pressure import GpuMemoryPressure
 from faults.gpu_throttle import GpuThrottle
-from fixtures.processes import group_members
+from nodes.process import group_members
 
 class AttachedNode:
     '''The replica as a second harness sees it: a process group and a clock file.'''

@@ -39,10 +39,11 @@ from faults.network_partition import NetworkPartition, partition_rules
 from faults.packet_loss import PacketLoss, loss_counters, loss_rules
 from faults.process_pause import Member, ProcessPause, continue_members
 from ordeal.procfs import state as proc_state
-from fixtures.model import ensure_tiny_model
-from fixtures.ports import free_ports
-from fixtures.processes import ManagedProcess
-from fixtures.vllm_engine import SERVED_MODEL_NAME, LocalNode, VllmReplica
+from engines.vllm.model import ensure_tiny_model
+from nodes.ports import free_ports
+from nodes.process import ManagedProcess
+from nodes.local import LocalNode
+from engines.vllm.nodes import SERVED_MODEL_NAME, VllmReplica
 from ordeal.topology import Endpoint
 
 REPO = Path(__file__).resolve().parent.parent
@@ -543,7 +544,7 @@ from faults import Ledger
 from faults.network_partition import NetworkPartition
 from faults.packet_loss import PacketLoss
 from faults.process_pause import ProcessPause
-from fixtures.processes import group_members
+from nodes.process import group_members
 from ordeal.topology import Endpoint
 
 kind, name, host, port, pgid, run_id = sys.argv[1:7]

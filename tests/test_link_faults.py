@@ -39,8 +39,8 @@ from faults.lsn_jump import LsnJump
 from faults.network_latency import NetworkLatency
 from faults.proxy import ProxyClient
 from faults.proxy.launch import ProxyProcess
-from fixtures.ports import free_ports
-from fixtures.workload import CANARY_PROMPTS, Outcome, PlannedRequest, send_request
+from nodes.ports import free_ports
+from load.workload import CANARY_PROMPTS, Outcome, PlannedRequest, send_request
 from invariants import RunContext, StreamWellFormed
 from invariants.usage import UsageMatchesTokens
 from ordeal.history import History, read_history
@@ -189,8 +189,8 @@ def test_heal_after_the_proxy_died_says_there_is_nothing_to_heal(tmp_path):
 @pytest.fixture(scope="module")
 def vllm_link(tmp_path_factory):
     """ONE real replica and a proxy in front of it, for the whole module."""
-    from fixtures.model import ensure_tiny_model
-    from fixtures.vllm_engine import VllmReplica
+    from engines.vllm.model import ensure_tiny_model
+    from engines.vllm.nodes import VllmReplica
 
     base = tmp_path_factory.mktemp("link-faults")
     mp = pytest.MonkeyPatch()

@@ -19,7 +19,7 @@ import pytest
 
 from faults.factory import build_faults
 from faults.ledger import Ledger
-from fixtures.monitor import sample_node
+from load.monitor import sample_node
 
 
 @pytest.mark.cluster

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fixtures.metrics import MetricsParseError, parse_metrics
+from load.metrics import MetricsParseError, parse_metrics
 from invariants import CountersMonotonic, HealthTruthful, LeakBound, RunContext
 from ordeal.history import Op
 

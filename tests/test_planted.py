@@ -21,7 +21,7 @@ MEANT = ("stream_wellformed", "usage_matches_tokens", "canary_determinism")
 
 class Run:
     """Writes a history through History with the value shapes the workload
-    (fixtures/workload.py, fixtures/sse.py) and the nemesis (faults/nemesis.py)
+    (load/workload.py, load/sse.py) and the nemesis (faults/nemesis.py)
     record."""
 
     def __init__(self, tmp_path):

@@ -11,9 +11,9 @@ import pytest
 
 from conftest import pids_alive
 from faults import FaultError, Ledger, ProcessKill
-from fixtures.ports import free_ports
-from fixtures.processes import ManagedProcess
-from fixtures.vllm_engine import LocalNode
+from nodes.ports import free_ports
+from nodes.process import ManagedProcess
+from nodes.local import LocalNode
 from ordeal.topology import Endpoint
 
 
@@ -39,8 +39,8 @@ def test_heal_all_closes_a_kill_whose_harness_died(tmp_path, health_server_argv)
         sys.path.insert(0, {os.path.join(os.getcwd(), "tests")!r})
         from pathlib import Path
         from faults import Ledger, ProcessKill
-        from fixtures.processes import ManagedProcess
-        from fixtures.vllm_engine import LocalNode
+        from nodes.process import ManagedProcess
+        from nodes.local import LocalNode
         from ordeal.topology import Endpoint
         argv = {health_server_argv(free_ports(1)[0])!r}
         n = LocalNode("victim", "replica", Endpoint("127.0.0.1", 1), ManagedProcess(

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from conftest import pids_alive
-from fixtures.ports import free_ports
-from fixtures.processes import ManagedProcess, group_members, reap_leftovers
-from fixtures.vllm_engine import LocalNode
+from nodes.ports import free_ports
+from nodes.process import ManagedProcess, group_members, reap_leftovers
+from nodes.local import LocalNode
 from ordeal.topology import Endpoint, NodeNotReady
 
 
@@ -84,7 +84,7 @@ def test_leftovers_of_a_crashed_harness_are_reaped_by_id(tmp_path, health_server
     script = textwrap.dedent(f"""
         import os, sys, time
         sys.path.insert(0, {str(os.getcwd())!r})
-        from fixtures.processes import ManagedProcess
+        from nodes.process import ManagedProcess
         p = ManagedProcess("orphan", {health_server_argv(free_ports(1)[0])!r}, dict(os.environ),
                            __import__("pathlib").Path({str(tmp_path / 'orphan.log')!r}), "crashed-run")
         p.start()
@@ -114,7 +114,7 @@ SIGTERM_SUITE = """
 import os, sys, time
 from pathlib import Path
 import pytest
-from fixtures.processes import ManagedProcess
+from nodes.process import ManagedProcess
 
 @pytest.fixture
 def server():
@@ -158,7 +158,7 @@ def test_sigterm_to_pytest_still_tears_down(tmp_path):
 RENAMING_HARNESS = """
 import os, sys, time
 from pathlib import Path
-from fixtures.processes import ManagedProcess
+from nodes.process import ManagedProcess
 # The node's child drops its environment (as vLLM's renamed EngineCore seems
 # to, to /proc readers): only its process group says it is ours.
 argv = [sys.executable, "-c", "import subprocess, time; "

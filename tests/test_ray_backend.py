@@ -33,9 +33,9 @@ from faults.process_kill import ProcessKill
 from faults import iptables
 from faults.ray_node import (RayNodeLoss, RayNodePartition, RayNodePause, partition_rules,
                              port_lists)
-from fixtures.ray_cluster import (RayCluster, RayError, RayPorts, check_loopback,
+from clusters.ray import (RayCluster, RayError, RayPorts, check_loopback,
                                   unavailable_reason)
-from fixtures.vllm_engine import SERVED_MODEL_NAME
+from engines.vllm.nodes import SERVED_MODEL_NAME
 from ordeal import cgroup2, procfs
 from ordeal.config import ClusterSpec, ConfigError
 
@@ -115,7 +115,7 @@ def test_an_address_outside_the_allowed_set_is_refused_before_connecting(tmp_pat
 def test_a_ray_cluster_that_cannot_start_says_why(tmp_path, monkeypatch):
     """The head's GCS port is taken: the head exits and the error names the
     node, its exit and its log, and nothing of the attempt is left."""
-    import fixtures.ray_cluster as rc
+    import clusters.ray as rc
 
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))
@@ -333,7 +333,7 @@ def test_node_faults_refuse_the_head_and_non_ray_nodes(cluster):
 CRASHING_HARNESS = r"""
 import sys, time
 from pathlib import Path
-from fixtures.ray_cluster import RayCluster
+from clusters.ray import RayCluster
 from ordeal.config import ClusterSpec
 c = RayCluster(ClusterSpec(backend="ray", replicas=1, ray_nodes=1), sys.argv[1], Path(sys.argv[2]),
                progress=lambda s: print(s, flush=True))

@@ -12,12 +12,13 @@ import urllib.request
 import pytest
 
 from faults import Ledger, ProcessKill
-from fixtures.model import ensure_tiny_model
-from fixtures.monitor import JournalTail, node_journal
-from fixtures.ports import free_ports
-from fixtures.processes import group_members
-from fixtures.vllm_engine import SERVED_MODEL_NAME, VllmReplica
-from fixtures.workload import CANARY_PROMPTS, WorkloadRunner, WorkloadSpec
+from engines.vllm.model import ensure_tiny_model
+from load.monitor import node_journal
+from ordeal.journal import JournalTail
+from nodes.ports import free_ports
+from nodes.process import group_members
+from engines.vllm.nodes import SERVED_MODEL_NAME, VllmReplica
+from load.workload import CANARY_PROMPTS, WorkloadRunner, WorkloadSpec
 from invariants import NoSilentLoss, RunContext, StreamWellFormed
 from ordeal.history import History, read_history
 from ordeal.topology import Endpoint, NodeNotReady
@@ -65,7 +66,7 @@ def test_real_traffic_is_recorded_and_judged_valid(ordeal_cluster, tmp_path):
             assert o.value["ttft_ms"] <= o.value["e2e_ms"]
             assert len(o.value["itl_ms"]) == o.value["stream"]["n_chunks"] - 1
             # Every completion chunk carries visible text: the tiny model never
-            # emits special or partial-byte tokens (see fixtures/model.py).
+            # emits special or partial-byte tokens (see engines/vllm/model.py).
             # (A chat stream opens with a role-only chunk, which vllm bench
             # serve also counts as the first token.)
             chunks = o.value["stream"]["chunks"]
@@ -80,7 +81,7 @@ def test_real_traffic_is_recorded_and_judged_valid(ordeal_cluster, tmp_path):
     # lost, repeated or swapped event.
     async def direct():
         import aiohttp
-        from fixtures.workload import PlannedRequest, send_request
+        from load.workload import PlannedRequest, send_request
         req = PlannedRequest(0, 0.0, "completions", True, "direct sequence", 12, 0.0, False)
         async with aiohttp.ClientSession() as s:
             return await send_request(s, ordeal_cluster.replicas()[0].endpoint.url, req,
@@ -181,8 +182,8 @@ def test_a_replica_with_a_broken_model_fails_fast_with_the_reason(tmp_path):
 
 
 def test_monitor_samples_a_real_replica_and_survives_a_dead_one(ordeal_cluster):
-    from fixtures.monitor import sample_node
-    from fixtures.vllm_engine import LocalNode
+    from load.monitor import sample_node
+    from nodes.local import LocalNode
 
     replica = ordeal_cluster.replicas()[0]
     complete(replica.endpoint.url, "warm the counters")

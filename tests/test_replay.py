@@ -1,4 +1,4 @@
-"""Schedule files (fixtures.explore) and the committed reproducer of issue 12.
+"""Schedule files (runs.explore) and the committed reproducer of issue 12.
 
 The pure tests check that a schedule file round-trips and that a broken one
 is refused with a message naming the file and the field. The cluster test
@@ -17,9 +17,9 @@ import pytest
 
 from faults.ledger import Ledger
 from faults.schedule import Step
-from fixtures.explore import (SavedSchedule, ScheduleFileError, broken, load_schedule, replay,
+from runs.explore import (SavedSchedule, ScheduleFileError, broken, load_schedule, replay,
                               save_schedule)
-from fixtures.run import OrdealRun
+from runs.run import OrdealRun
 from reports.run_dir import RunDir
 
 REPO = Path(__file__).resolve().parent.parent

@@ -23,12 +23,13 @@ from harness_checks import pair_requests, read_intact
 from faults.factory import build_faults
 from faults.ledger import Ledger
 from faults.proxy.client import ProxyClient
-from fixtures.ports import free_ports
-from fixtures.processes import ManagedProcess
-from fixtures.router_watch import RouterGone, RouterWatch, exit_status_text
-from fixtures.run import OrdealRun, PlannedFault
-from fixtures.vllm_engine import SERVED_MODEL_NAME, LocalNode
-from fixtures.workload import WorkloadSpec
+from nodes.ports import free_ports
+from nodes.process import ManagedProcess
+from load.router_watch import RouterGone, RouterWatch, exit_status_text
+from runs.run import OrdealRun, PlannedFault
+from nodes.local import LocalNode
+from engines.vllm.nodes import SERVED_MODEL_NAME
+from load.workload import WorkloadSpec
 from ordeal.topology import Endpoint
 from reports.run_dir import RunDir
 

@@ -1,4 +1,4 @@
-from fixtures.sse import SSEParser, StreamRecorder
+from load.sse import SSEParser, StreamRecorder
 
 
 def events(parser, *chunks):

@@ -18,15 +18,15 @@ import pytest
 
 from faults import Ledger
 from faults.factory import build_faults
-from fixtures.engine import COMMON_METRICS, ClientCounts
-from fixtures.haproxy_router import haproxy_config, haproxy_executable
-from fixtures.local_cluster import LocalCluster
-from fixtures.metrics import fetch_metrics
-from fixtures.run import OrdealRun, PlannedFault
-from fixtures.triton_client import JumpControl, SequencePlanner, Step, jumped
-from fixtures.triton_models import UNCHECKED_SEQUENCE_MODEL
-from fixtures.triton_server import TritonMissing, TritonServerNode, check
-from fixtures.workload import WorkloadRunner, WorkloadSpec
+from engines.base import COMMON_METRICS, ClientCounts
+from engines.triton.haproxy import haproxy_config, haproxy_executable
+from clusters.local import LocalCluster
+from load.metrics import fetch_metrics
+from runs.run import OrdealRun, PlannedFault
+from engines.triton.client import JumpControl, SequencePlanner, Step, jumped
+from engines.triton.models import UNCHECKED_SEQUENCE_MODEL
+from engines.triton.server import TritonMissing, TritonServerNode, check
+from load.workload import WorkloadRunner, WorkloadSpec
 from invariants import RunContext
 from invariants.sequence import SequenceConsistent, rejection_cause
 from ordeal.config import ClusterSpec
@@ -161,7 +161,7 @@ def test_jump_control_jumps_count_steps_per_window(tmp_path):
 def test_a_machine_without_the_stub_numpy_gets_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("ORDEAL_CACHE", str(tmp_path))
     problems = check()
-    assert any("python -m fixtures.triton_server prepare" in p for p in problems), problems
+    assert any("python -m engines.triton.server prepare" in p for p in problems), problems
     with pytest.raises(TritonMissing, match="prepare"):
         TritonServerNode("replica-0", Endpoint("127.0.0.1", 1), 2, 3, tmp_path, tmp_path / "x.log",
                          "run")
@@ -302,7 +302,7 @@ def test_the_engine_interface_on_triton(triton_cluster, tmp_path):
 
 @needs_cluster
 def test_the_engine_interface_on_vllm(ordeal_cluster, tmp_path):
-    from fixtures.engine import engine_for
+    from engines.registry import engine_for
     adapter = engine_for("vllm")
     mark = adapter.mark(ordeal_cluster)
     h = History(tmp_path / "h.jsonl")

@@ -1,4 +1,4 @@
-"""The Triton engine under GPU faults (fixtures.gpu_scenario), on a real GPU.
+"""The Triton engine under GPU faults (runs.gpu_scenario), on a real GPU.
 
 The pure part (how a gRPC failure is classified) runs everywhere. The run
 needs an NVIDIA GPU with NVML, torch with CUDA, and nvidia-pytriton (with
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.gpu_telemetry import GpuTelemetry
-from fixtures.triton_engine import _grpc_error, pytriton_missing
+from load.gpu_telemetry import GpuTelemetry
+from engines.triton.pytriton import _grpc_error, pytriton_missing
 
 
 class FakeRpcError(Exception):
@@ -65,7 +65,7 @@ MISSING = gpu_missing()
 @pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 @pytest.mark.timeout(420)
 def test_triton_on_gpu_under_gpu_faults(tmp_path):
-    from fixtures.gpu_scenario import main
+    from runs.gpu_scenario import main
 
     main(["--out", str(tmp_path), "--rate", "3", "--max-tokens", "16", "32", "--quiet", "8",
           "--hold", "8", "--pause", "3", "--after-heal", "8", "--memory-fraction", "0.6"])

@@ -13,8 +13,8 @@ import contextlib
 import pytest
 from aiohttp import web
 
-from fixtures.ports import free_ports
-from fixtures.workload import WorkloadRunner, WorkloadSpec
+from nodes.ports import free_ports
+from load.workload import WorkloadRunner, WorkloadSpec
 from invariants import NoSilentLoss, RunContext, StreamWellFormed
 from ordeal.history import History, read_history
 

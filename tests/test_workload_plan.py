@@ -2,7 +2,7 @@ import statistics
 
 import pytest
 
-from fixtures.workload import WorkloadSpec, plan_requests
+from load.workload import WorkloadSpec, plan_requests
 from ordeal.config import ConfigError
 
 

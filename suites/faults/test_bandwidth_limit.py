@@ -2,7 +2,7 @@
 
 import pytest
 
-from fixtures.fault_suite import run_single_fault
+from runs.single_fault import run_single_fault
 
 pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 

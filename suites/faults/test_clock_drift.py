@@ -4,7 +4,7 @@ the history shows the jump and the return."""
 
 import pytest
 
-from fixtures.fault_suite import run_single_fault
+from runs.single_fault import run_single_fault
 
 pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 

@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from fixtures.fault_suite import run_single_fault
+from runs.single_fault import run_single_fault
 
 pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 

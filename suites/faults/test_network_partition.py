@@ -3,7 +3,7 @@ router must route around it, and take it back after the heal."""
 
 import pytest
 
-from fixtures.fault_suite import run_single_fault
+from runs.single_fault import run_single_fault
 
 pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 

@@ -6,7 +6,7 @@ backends."""
 
 import pytest
 
-from fixtures.fault_suite import ray_node_with_replicas, run_single_fault
+from runs.single_fault import ray_node_with_replicas, run_single_fault
 
 pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 

@@ -27,7 +27,7 @@ grep -E "PASSED|FAILED|SKIPPED|ERROR|figures|passed|failed" $OUT/tests.log | cut
 date
 fi
 if [ -z "$SKIP_SMOKE" ] && grep -q SMOKE_OK $OUT/smoke.out; then
-  timeout ${SCEN_S:-330} python3 -m fixtures.gpu_scenario --out /tmp/runs $SCEN_ARGS > $OUT/scenario.log 2>&1
+  timeout ${SCEN_S:-330} python3 -m runs.gpu_scenario --out /tmp/runs $SCEN_ARGS > $OUT/scenario.log 2>&1
   echo "scenario rc $?"; tail -40 $OUT/scenario.log | cut -c1-600
   tar -C /tmp/runs -czf $OUT/run.tar.gz --exclude=latest . ; ls -la $OUT
 fi

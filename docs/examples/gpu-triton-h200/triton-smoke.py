@@ -1,8 +1,8 @@
 import asyncio, time, sys, os
 from pathlib import Path
-from fixtures.model import ensure_tiny_model
-from fixtures.triton_engine import TritonNode, send_generate
-from fixtures.monitor import sample_node
+from engines.vllm.model import ensure_tiny_model
+from engines.triton.pytriton import TritonNode, send_generate
+from load.monitor import sample_node
 from ordeal.topology import Endpoint
 dev = sys.argv[1]; log = Path(sys.argv[2])
 m = ensure_tiny_model()

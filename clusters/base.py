@@ -1,0 +1,198 @@
+"""What every backend's cluster does the same way: find its nodes and links,
+say where clients connect, and stop in ``finally`` when used as a context
+manager. Backends (``LocalCluster``, ``DockerCluster``, ``RayCluster``)
+inherit it and only bring their nodes up and down; the two whose router and
+fault proxy are processes on this machine (local, ray) share
+``HostFrontCluster``'s start of those."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ordeal.topology import Endpoint, Link, NodeNotReady
+
+from engines.base import Upstream
+from nodes.ports import free_ports
+from nodes.process import ManagedProcess, REPO_ROOT
+from nodes.waits import wait_http_ok
+
+
+
+class ClusterBase:
+    backend: str
+    engine: str
+    nodes: list[Any]
+    router: Any
+    links: list[Link]
+    spec: Any
+    progress: Any
+    log_dir: Path
+    run_id: str
+    proxy: ManagedProcess | None
+
+    @property
+    def entrypoint(self) -> Endpoint:
+        """Where clients send traffic: the client-router link when the fault
+        proxy is on (so faults can act on it), else the router itself."""
+        if self.router is None:
+            raise RuntimeError("cluster not started")
+        for link in self.links:
+            if link.dst == self.router.name:
+                return link.listen
+        return self.router.endpoint
+
+    def link(self, name: str) -> Link:
+        for link in self.links:
+            if link.name == name:
+                return link
+        raise KeyError(f"no link {name!r}; links: {[x.name for x in self.links]}"
+                       + ("" if self.links else " (the fault proxy is off: spec.fault_proxy)"))
+
+    def node(self, name: str) -> Any:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"no node {name!r}; nodes: {[n.name for n in self.nodes]}")
+
+    def replicas(self) -> list[Any]:
+        return [n for n in self.nodes if n.role == "replica"]
+
+    def describe(self) -> dict[str, Any]:
+        """The cluster as summary.json's ``cluster`` records it."""
+        model = getattr(self, "model", None)
+        return {
+            "backend": self.backend,
+            "engine": self.engine,
+            **self._describe_extra(),
+            "model": {"name": model.name, "path": str(model.path),
+                      "sha256": model.sha256} if model else None,
+            "entrypoint": self.entrypoint.url if self.router else None,
+            "links": [{"name": x.name, "listen": x.listen.url, "upstream": x.upstream.url}
+                      for x in self.links],
+            "nodes": [{"name": n.name, "role": n.role, "url": n.endpoint.url,
+                       **self._node_extra(n), "fingerprint": n.fingerprint()}
+                      for n in self.nodes],
+        }
+
+    def _start_fault_proxy(self, control: Endpoint, extra: tuple[str, ...] = ()) -> None:
+        """One fault-proxy process for every link of the cluster (like a
+        Toxiproxy server), labelled and ended by id like every node;
+        ``extra`` argv for a backend's own needs (Docker: the listen host
+        and the one network upstreams may be in)."""
+        argv = [sys.executable, "-m", "faults.proxy", "--control",
+                f"{control.host}:{control.port}", *extra, "--seed", str(self.spec.model_seed)]
+        for x in self.links:
+            argv += ["--link", f"{x.name}={x.listen.port}:{x.upstream.host}:{x.upstream.port}"]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT),
+                                                          env.get("PYTHONPATH")]))
+        self.proxy = ManagedProcess("fault-proxy", argv, env, self.log_dir / "fault-proxy.log",
+                                    self.run_id)
+        self.proxy.start()
+        wait_http_ok(name="fault-proxy", url=f"{control.url}/health", timeout=30,
+                     is_running=self.proxy.is_running, exit_code=self.proxy.exit_code,
+                     log_tail=self.proxy.log_tail,
+                     hint="run the proxy by hand with the argv in its log to see why")
+        self.progress(f"fault proxy on {len(self.links)} links, control at {control.url}")
+
+    def _describe_extra(self) -> dict[str, Any]:
+        """What a backend adds to ``describe()`` (Docker: image, network)."""
+        return {}
+
+    def _node_extra(self, node: Any) -> dict[str, Any]:
+        """What a backend adds to each node's entry (Docker: its container)."""
+        return {}
+
+    def start(self) -> Any:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class HostFrontCluster(ClusterBase):
+    """A cluster whose fault proxy and router run as processes on this
+    machine, in front of replicas wherever they run (local processes, Ray
+    actors' engines). Needs ``spec``, ``progress``, ``log_dir``, ``run_id``,
+    ``proxy`` and ``engine_adapter`` (engines/base.py)."""
+
+    engine_adapter: Any
+
+    def _start_front(self, replicas: list[Any]) -> Any:
+        """The fault proxy, then the engine's router through it; returns
+        the router, started and ready. Their ports are chosen only now,
+        just before they bind: chosen at the start, one was taken during
+        the replicas' 25 s start (vLLM's engine binds ephemeral ports) and
+        the proxy failed with "address already in use"."""
+        router_ep, upstreams = self._start_proxy_with_retries(replicas)
+        router = self.engine_adapter.router(self, router_ep, upstreams)
+        self.nodes.append(router)
+        self.router = router
+        router.start()
+        router.wait_ready(60)
+        return router
+
+    def _start_proxy_with_retries(self, replicas: list[Any], attempts: int = 3
+                                  ) -> tuple[Endpoint, list[tuple[str, Upstream, Endpoint]]]:
+        """Start the fault proxy with a link per replica upstream (and the
+        client-router link); returns the router's address and, per upstream,
+        the address the router must use (the link's listener). A bind race
+        is retried with new ports."""
+        host = self.spec.host
+        ups = [(r.name, u) for r in replicas for u in self.engine_adapter.upstreams(r)]
+        n = len(ups)
+        for attempt in range(1, attempts + 1):
+            ports = free_ports(n + 3 if self.spec.fault_proxy else 1, host)
+            router_ep = Endpoint(host, ports[0])
+            if not self.spec.fault_proxy:
+                return router_ep, [(name, u, u.endpoint) for name, u in ups]
+            control = Endpoint(host, ports[-1])
+            self.links = [Link(f"router-{name}{u.suffix}", "router", name, Endpoint(host, p),
+                               u.endpoint, control) for (name, u), p in zip(ups, ports[1:n + 1])]
+            self.links.append(Link("client-router", "client", "router",
+                                   Endpoint(host, ports[n + 1]), router_ep, control))
+            try:
+                self._start_fault_proxy(control)
+                return router_ep, [(name, u, x.listen)
+                                   for (name, u), x in zip(ups, self.links[:-1])]
+            except NodeNotReady as e:
+                if self.proxy is not None:
+                    self.proxy.stop()
+                if "address already in use" not in str(e) or attempt == attempts:
+                    raise
+                self.progress(f"fault proxy: a port was taken before it could bind; "
+                              f"retrying with new ports ({attempt}/{attempts})")
+        raise AssertionError("unreachable")
+
+    def _ready_note(self, node: Any) -> str:
+        """What the progress line says of a node that became ready."""
+        return f"{node.name} ready ({node.fingerprint()})"
+
+    def _wait_all(self, nodes: list[Any]) -> None:
+        """Wait for every node side by side; all failures raised together."""
+        errors: list[str] = []
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+            futures = {pool.submit(n.wait_ready, self.spec.ready_timeout_s): n for n in nodes}
+            for fut in concurrent.futures.as_completed(futures):
+                node = futures[fut]
+                try:
+                    fut.result()
+                    self.progress(self._ready_note(node))
+                except NodeNotReady as e:
+                    errors.append(str(e))
+        if errors:
+            raise NodeNotReady("\n\n".join(errors))

@@ -1,0 +1,437 @@
+"""``--cluster docker``: the same topology as the local backend (a router in
+front of N vLLM replicas, the fault proxy on every link), each node a
+container on a private Docker network of the run.
+
+How traffic flows (every address is the run's own network or loopback):
+
+    harness -> proxy (host, on the network's gateway) -> router container
+    router container -> proxy (gateway) -> replica container
+
+The fault proxy stays a process on the host, listening on the network's
+gateway address, so link faults work exactly as on the local backend. The
+harness reaches every container at its address on the network (no port is
+published). Kernel faults reach a container's network namespace from the
+host with ``nsenter``; signals go to the container's processes by their
+host pids. So containers run with every capability dropped and
+``no-new-privileges``: nothing in them can change the network or the host.
+
+Everything created carries the labels of ``faults.containers``; teardown
+removes the run's containers and network, and a crashed run's are removed
+by label (``python -m faults heal-all``, and at every suite start).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import signal as signals
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from faults.containers import (NODE_LABEL, OWNER_LABEL, RUN_LABEL, DockerUnavailable,
+                               container_members, docker_client, owner_label)
+from faults.safety import ALLOWED_NETWORKS
+from ordeal.config import ClusterSpec
+from ordeal.topology import Endpoint, Link, NodeNotReady, Role
+
+from clusters.base import ClusterBase
+from clusters.docker_image import ensure_base_image
+from engines.vllm.model import TinyModel, ensure_tiny_model
+from nodes.ports import free_ports
+from nodes.process import ManagedProcess
+from engines.vllm.nodes import (REPLICA_HINT, REPO_ROOT, ROUTER_HINT, probe_vllm_fingerprint,
+                          replica_argv, replica_env, router_argv, router_fingerprint)
+from nodes.waits import wait_http_ok
+
+Progress = Callable[[str], None]
+#: Ports inside every container: each has an address of its own, so all
+#: replicas listen on the same port.
+ENGINE_PORT = 8000
+ROUTER_METRICS_PORT = 29000
+
+
+class DockerError(RuntimeError):
+    """A container could not be created or started; says why and what to do."""
+
+
+class DockerNode:
+    """A Node (ordeal.topology) backed by one container."""
+
+    def __init__(self, name: str, role: Role, client: Any, container_id: str,
+                 endpoint: Endpoint, hint: str, clock_file: Path | None = None):
+        self.name = name
+        self.role = role
+        self.client = client
+        self.container_id = container_id
+        self.endpoint = endpoint
+        self.hint = hint
+        self._clock_file = clock_file
+        self._fingerprint: str | None = None
+        self.metrics_port: int | None = None
+        self.journal_dir: Path | None = None  # where the node writes its request journal
+
+    def _state(self) -> dict[str, Any]:
+        try:
+            return self.client.api.inspect_container(self.container_id)["State"]
+        except Exception:  # noqa: BLE001 - removed, or the engine forgot it
+            return {"Running": False, "Status": "removed", "ExitCode": None, "Pid": 0}
+
+    def is_running(self) -> bool:
+        return bool(self._state().get("Running"))
+
+    def exit_code(self) -> int | None:
+        state = self._state()
+        return None if state.get("Running") else state.get("ExitCode")
+
+    def status(self) -> str:
+        state = self._state()
+        return f"{state.get('Status')} (exit code {state.get('ExitCode')})"
+
+    @property
+    def pid(self) -> int | None:
+        """Host pid of the container's init; None when it does not run."""
+        state = self._state()
+        return int(state["Pid"]) if state.get("Running") and state.get("Pid") else None
+
+    def netns_pid(self) -> int | None:
+        """A pid inside the container's network namespace, for nsenter."""
+        return self.pid
+
+    def pids(self) -> list[int]:
+        return container_members(self.container_id) if self.is_running() else []
+
+    def signal(self, signum: int) -> None:
+        """SIGKILL through the engine (the container then counts as exited,
+        as after an OOM kill); any other signal to each of its processes by
+        host pid, so SIGSTOP stops the whole tree, not just its init."""
+        if signum == signals.SIGKILL:
+            try:
+                self.client.api.kill(self.container_id, signal="SIGKILL")
+            except Exception as e:  # noqa: BLE001 - not running: nothing to kill
+                if self.is_running():
+                    raise DockerError(f"{self.name}: docker kill failed: {e}") from None
+            return
+        for pid in self.pids():
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    @property
+    def clock_file(self) -> Path | None:
+        return self._clock_file
+
+    def start(self) -> None:
+        try:
+            self.client.api.start(self.container_id)
+        except Exception as e:  # noqa: BLE001 - the engine's message is the useful part
+            raise DockerError(f"{self.name}: container {self.container_id[:12]} did not start: "
+                              f"{e}\nlast log lines:\n" + "\n".join(self.log_tail(10))) from None
+
+    def stop(self, grace: float = 10.0) -> None:
+        try:
+            self.client.api.stop(self.container_id, timeout=max(1, int(grace)))
+        except Exception as e:  # noqa: BLE001
+            if self.is_running():
+                raise DockerError(f"{self.name}: docker stop failed: {e}") from None
+
+    def remove(self) -> None:
+        try:
+            self.client.api.remove_container(self.container_id, force=True)
+        except Exception as e:  # noqa: BLE001
+            if "No such container" not in str(e):
+                raise
+
+    def log_tail(self, lines: int = 20) -> list[str]:
+        try:
+            raw = self.client.api.logs(self.container_id, tail=lines)
+        except Exception as e:  # noqa: BLE001
+            return [f"(no logs of container {self.container_id[:12]}: {e})"]
+        return raw.decode("utf-8", "replace").splitlines()[-lines:]
+
+    def save_log(self, path: Path) -> None:
+        """The container's whole log, into the run's log directory (the
+        container and its log go away at teardown)."""
+        try:
+            path.write_bytes(self.client.api.logs(self.container_id))
+        except Exception:  # noqa: BLE001 - best effort: the tail was shown on failure
+            pass
+
+    def wait_ready(self, timeout: float) -> None:
+        wait_http_ok(name=self.name, url=f"{self.endpoint.url}/health", timeout=timeout,
+                     is_running=self.is_running, exit_code=self.exit_code,
+                     log_tail=self.log_tail,
+                     hint=f"container {self.container_id[:12]} is {self.status()}; "
+                          f"docker logs {self.container_id[:12]}. {self.hint}")
+        self._fingerprint = (probe_vllm_fingerprint(self.endpoint.url) if self.role == "replica"
+                             else router_fingerprint())
+
+    def fingerprint(self) -> str:
+        return self._fingerprint or "unknown"
+
+
+class DockerCluster(ClusterBase):
+    backend = "docker"
+    engine = "vllm"
+
+    def __init__(self, spec: ClusterSpec, run_id: str, log_dir: Path,
+                 progress: Progress = print, model: TinyModel | None = None,
+                 client: Any | None = None):
+        self.spec = spec
+        self.run_id = run_id
+        self.log_dir = Path(log_dir)
+        self.progress = progress
+        self.model = model
+        self.client = client
+        self.nodes: list[DockerNode] = []
+        self.router: DockerNode | None = None
+        self.links: list[Link] = []
+        self.proxy: ManagedProcess | None = None
+        self.network: Any = None
+        self.subnet: ipaddress.IPv4Network | None = None
+        self.gateway: str | None = None
+        self.image: str | None = None
+        self._allowed: Any = None
+
+    def _describe_extra(self) -> dict[str, Any]:
+        return {"image": self.image,
+                "network": {"name": self.network.name if self.network else None,
+                            "subnet": str(self.subnet) if self.subnet else None}}
+
+    def _node_extra(self, node: Any) -> dict[str, Any]:
+        return {"container": node.container_id[:12]}
+
+    # -- lifecycle --------------------------------------------------------
+    def _labels(self, node: str | None = None) -> dict[str, str]:
+        labels = {RUN_LABEL: self.run_id, OWNER_LABEL: owner_label()}
+        if node:
+            labels[NODE_LABEL] = node
+        return labels
+
+    def _mounts(self) -> list[str]:
+        """What a container needs from the host, read-only at the same
+        paths: the interpreter (unless it is the system's, which the image
+        has), the virtual environment, the repository and the model; and the
+        run's log directory writable, for the clock files."""
+        paths = [Path(sys.prefix), REPO_ROOT]
+        if not str(Path(sys.base_prefix).resolve()).startswith("/usr"):
+            paths.append(Path(sys.base_prefix).resolve())
+        if self.model is not None:
+            paths.append(Path(self.model.path).resolve())
+        binds = [f"{p}:{p}:ro" for p in dict.fromkeys(p.resolve() for p in paths)]
+        binds.append(f"{self.log_dir.resolve()}:{self.log_dir.resolve()}:rw")
+        return binds
+
+    def _create(self, name: str, role: Role, ip: str, argv: list[str], env: dict[str, str],
+                hint: str, clock_file: Path | None = None) -> DockerNode:
+        api = self.client.api
+        host_config = api.create_host_config(
+            binds=self._mounts(), shm_size="1g", init=True,
+            cap_drop=["ALL"], security_opt=["no-new-privileges"],
+            mem_limit=self.spec.docker_memory or None,
+            nano_cpus=int(self.spec.docker_cpus * 1e9) if self.spec.docker_cpus else None,
+            device_requests=self._gpu_requests(),
+        )
+        networking = api.create_networking_config(
+            {self.network.name: api.create_endpoint_config(ipv4_address=ip)})
+        cname = f"ordeal-{self.run_id}-{name}"[:128]
+        try:
+            made = api.create_container(
+                self.image, command=argv, name=cname, environment=env,
+                labels=self._labels(name), host_config=host_config,
+                networking_config=networking, user=f"{os.getuid()}:{os.getgid()}",
+                working_dir="/tmp")
+        except Exception as e:  # noqa: BLE001 - the engine's message is the useful part
+            raise DockerError(f"{name}: cannot create a container from image {self.image}: "
+                              f"{e}") from None
+        node = DockerNode(name, role, self.client, made["Id"], Endpoint(ip, ENGINE_PORT), hint,
+                          clock_file)
+        node.journal_dir = self.log_dir.resolve()
+        return node
+
+    def _gpu_requests(self) -> list[Any] | None:
+        if not self.spec.docker_gpus:
+            return None
+        import docker  # type: ignore[import-untyped]
+
+        return [docker.types.DeviceRequest(count=self.spec.docker_gpus,
+                                           capabilities=[["gpu"]])]
+
+    def _env(self, name: str, base: dict[str, str]) -> dict[str, str]:
+        keep = {k: v for k, v in base.items()
+                if k.startswith(("VLLM_", "HF_", "TRANSFORMERS_", "FAKETIME", "LD_PRELOAD",
+                                 "PYTHONPATH", "DO_NOT_TRACK", "OMP_"))}
+        return {**keep, "HOME": "/tmp", "PATH": f"{Path(sys.prefix) / 'bin'}:/usr/bin:/bin",
+                "ORDEAL_RUN_ID": self.run_id, "ORDEAL_NODE": name,
+                # The request journal (no_duplicate_execution) goes beside
+                # the node's log, on the writable mount of the log directory.
+                "ORDEAL_LOG_DIR": str(self.log_dir.resolve()),
+                "ORDEAL_OWNER_PID": str(os.getpid())}
+
+    def start(self) -> "DockerCluster":
+        t0 = time.monotonic()
+        if self.client is None:
+            self.client = docker_client()
+        if self.model is None:
+            self.progress(f"preparing the tiny model (seed {self.spec.model_seed}) ...")
+            self.model = ensure_tiny_model(self.spec.model_seed)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.image = self.spec.docker_image or ensure_base_image(self.client, self.progress)
+        if not self.client.images.list(name=self.image):
+            raise DockerError(f"image {self.image!r} is not in this Docker engine (no registry "
+                              "is used): load it (docker load -i FILE) or build it, or leave "
+                              "--docker-image out to use the suite's own base image")
+        self._create_network()
+        subnet_hosts = self.subnet.hosts()
+        next(subnet_hosts)  # the gateway
+        ips = [str(next(subnet_hosts)) for _ in range(self.spec.replicas + 2)]
+        cores = sorted(os.sched_getaffinity(0))
+        replicas = []
+        for i in range(self.spec.replicas):
+            name = f"replica-{i}"
+            clock = (self.log_dir / f"{name}.faketime") if self.spec.clock_faults else None
+            env = self._env(name, replica_env({}, cores[i % len(cores)], clock))
+            argv = replica_argv(str(Path(sys.prefix) / "bin" / "python"), self.model.path,
+                                "0.0.0.0", ENGINE_PORT)
+            replicas.append(self._create(name, "replica", ips[i], argv, env, REPLICA_HINT,
+                                         clock))
+        self.nodes.extend(replicas)
+        for r in replicas:
+            r.start()
+        self.progress(f"starting {len(replicas)} vLLM replica container(s) on {self.network.name}"
+                      f" ({self.subnet}) from image {self.image}")
+        self._wait_all(replicas)
+        worker_urls = self._start_proxy(replicas, ips[-1])
+        router_argv_ = router_argv(str(Path(sys.prefix) / "bin" / "vllm-router"), "0.0.0.0",
+                                   ENGINE_PORT, worker_urls, metrics_port=ROUTER_METRICS_PORT)
+        self.router = self._create("router", "router", ips[-1], router_argv_,
+                                   self._env("router", {}), ROUTER_HINT)
+        self.router.metrics_port = ROUTER_METRICS_PORT
+        self.nodes.append(self.router)
+        self.router.start()
+        self.router.wait_ready(60)
+        self.progress(f"docker cluster ready in {time.monotonic() - t0:.0f}s: router at "
+                      f"{self.router.endpoint.url} in front of {len(replicas)} replica(s)")
+        return self
+
+    def _create_network(self) -> None:
+        """A bridge network of the run with a /24 of its own, so that every
+        node gets a fixed address (kept across a kill and restart)."""
+        import docker  # type: ignore[import-untyped]
+
+        name = f"ordeal-{self.run_id}-{uuid.uuid4().hex[:6]}"
+        last: Exception | None = None
+        for subnet in free_subnets(self.client):
+            gateway = str(next(subnet.hosts()))
+            ipam = docker.types.IPAMConfig(pool_configs=[
+                docker.types.IPAMPool(subnet=str(subnet), gateway=gateway)])
+            try:
+                self.network = self.client.networks.create(name, driver="bridge", ipam=ipam,
+                                                           labels=self._labels())
+            except Exception as e:  # noqa: BLE001 - taken meanwhile: try the next one
+                last = e
+                if "overlap" in str(e).lower():
+                    continue
+                break
+            self.subnet, self.gateway = subnet, gateway
+            # The run's own network: load and faults may go there, nowhere else new.
+            ALLOWED_NETWORKS.append(subnet)
+            self._allowed = subnet
+            return
+        raise DockerError(f"cannot create the Docker network {name}: {last}; remove unused "
+                          "networks (docker network prune) and try again")
+
+    def _start_proxy(self, replicas: list[DockerNode], router_ip: str) -> list[str]:
+        """The fault proxy on the host, on the network's gateway address; the
+        router container reaches the replicas through it."""
+        assert self.gateway is not None
+        gw = self.gateway
+        n = len(replicas)
+        ports = free_ports(n + 2, gw)
+        control = Endpoint(gw, ports[-1])
+        router_ep = Endpoint(router_ip, ENGINE_PORT)
+        self.links = [Link(f"router-{r.name}", "router", r.name, Endpoint(gw, p), r.endpoint,
+                           control) for r, p in zip(replicas, ports[:n])]
+        self.links.append(Link("client-router", "client", "router", Endpoint(gw, ports[n]),
+                               router_ep, control))
+        self._start_fault_proxy(control, ("--listen-host", gw,
+                                          "--allow-upstream", str(self.subnet)))
+        return [x.listen.url for x in self.links[:-1]]
+
+    def _wait_all(self, nodes: list[DockerNode]) -> None:
+        errors: list[str] = []
+        for node in nodes:  # the waits share one deadline: they run side by side anyway
+            try:
+                node.wait_ready(self.spec.ready_timeout_s)
+                self.progress(f"{node.name} ready ({node.fingerprint()})")
+            except NodeNotReady as e:
+                errors.append(str(e))
+        if errors:
+            raise NodeNotReady("\n\n".join(errors))
+
+    def stop(self) -> None:
+        """Remove every container and the network of the run (their logs are
+        saved into the log directory first); collect failures and raise them
+        at the end, so one stuck container never leaves the others."""
+        problems = []
+        for node in reversed(self.nodes):
+            try:
+                node.save_log(self.log_dir / f"{node.name}.log")
+                node.remove()
+            except Exception as e:  # noqa: BLE001 - keep removing the rest
+                problems.append(f"{node.name}: {e}")
+        if self.proxy is not None:
+            try:
+                self.proxy.stop()
+            except Exception as e:  # noqa: BLE001
+                problems.append(f"fault-proxy: {e}")
+        if self.network is not None:
+            try:
+                self.network.remove()
+            except Exception as e:  # noqa: BLE001
+                problems.append(f"network {self.network.name}: {e}")
+        if self._allowed is not None and self._allowed in ALLOWED_NETWORKS:
+            ALLOWED_NETWORKS.remove(self._allowed)
+        if problems:
+            raise RuntimeError("teardown left problems: " + "; ".join(problems))
+
+
+#: Where run networks are carved from: /24s that Docker's default pools
+#: (172.17-31.0.0/16, 192.168.0.0/16) leave alone only in part, so each
+#: candidate is checked against the engine's networks and this machine's
+#: addresses first.
+SUBNET_POOL = ipaddress.ip_network("10.213.0.0/16")
+
+
+def free_subnets(client: Any) -> Iterator[ipaddress.IPv4Network]:
+    """/24s of SUBNET_POOL that no Docker network and no local interface uses."""
+    used: list[Any] = []
+    for net in client.networks.list():
+        for cfg in (net.attrs.get("IPAM") or {}).get("Config") or []:
+            if cfg.get("Subnet"):
+                used.append(ipaddress.ip_network(cfg["Subnet"], strict=False))
+    routes = Path("/proc/net/route")
+    if routes.exists():
+        for line in routes.read_text().splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 7:
+                dest = ipaddress.IPv4Address(int(fields[1], 16).to_bytes(4, "little"))
+                mask = ipaddress.IPv4Address(int(fields[7], 16).to_bytes(4, "little"))
+                if int(mask):
+                    used.append(ipaddress.ip_network(f"{dest}/{mask}", strict=False))
+    for subnet in SUBNET_POOL.subnets(new_prefix=24):
+        if not any(subnet.overlaps(u) for u in used):
+            yield subnet
+
+
+def unavailable_reason() -> str | None:
+    """Why the docker backend cannot run here (for a skip that says so), or
+    None when an engine answers."""
+    try:
+        docker_client()
+    except DockerUnavailable as e:
+        return str(e)
+    return None

@@ -1,0 +1,83 @@
+"""The embedded default cluster: N real replicas behind a real router, as
+processes on this machine (``--cluster local``): vLLM replicas behind
+vllm-router, or Triton replicas behind HAProxy (``--engine``); the engine
+adapter (engines/base.py) makes the nodes, the backend wires them.
+
+Use it as a context manager: every node is stopped in ``finally`` when the
+block ends, whether it returns, fails or is interrupted, and teardown checks
+that no process of the run is left.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+from ordeal.config import ClusterSpec
+from ordeal.topology import Link
+
+from clusters.base import HostFrontCluster
+from engines.registry import engine_for
+from engines.vllm.model import TinyModel
+from nodes.ports import free_ports
+from nodes.process import ManagedProcess
+from nodes.local import LocalNode
+
+Progress = Callable[[str], None]
+
+
+class LocalCluster(HostFrontCluster):
+    backend = "local"
+
+    def __init__(self, spec: ClusterSpec, run_id: str, log_dir: Path,
+                 progress: Progress = print, model: TinyModel | None = None):
+        self.spec = spec
+        self.run_id = run_id
+        self.log_dir = Path(log_dir)
+        self.progress = progress
+        self.model = model
+        self.nodes: list[LocalNode] = []
+        self.router: LocalNode | None = None
+        self.links: list[Link] = []
+        self.proxy: ManagedProcess | None = None
+        self.engine = spec.engine
+        self.engine_adapter = engine_for(spec.engine)
+        # Where a sequence jump tells the Triton client what to do (faults/
+        # sequence_jump.py); None for engines without request-chain sequences.
+        self.sequence_jump_file: Path | None = (self.log_dir / "sequence-jump.json"
+                                                if spec.engine == "triton" else None)
+
+    # -- lifecycle --------------------------------------------------------
+    def start(self) -> "LocalCluster":
+        t0 = time.monotonic()
+        self.engine_adapter.prepare(self)
+        host = self.spec.host
+        per = self.engine_adapter.ports_per_replica()
+        # The replicas bind theirs at once, before loading.
+        ports = free_ports(self.spec.replicas * per, host)
+        replicas = [self.engine_adapter.replica(self, i, ports[i * per:(i + 1) * per])
+                    for i in range(self.spec.replicas)]
+        self.nodes.extend(replicas)
+        for r in replicas:  # spawn all first: they start in parallel
+            r.start()
+        self.progress(f"starting {len(replicas)} {self.engine} replica(s) on ports "
+                      f"{[r.endpoint.port for r in replicas]}; logs in {self.log_dir}")
+        self._wait_all(replicas)
+        self._start_front(replicas)
+        self.progress(f"cluster ready in {time.monotonic() - t0:.0f}s: router at "
+                      f"{self.router.endpoint.url} in front of {len(replicas)} replica(s)")
+        return self
+
+    def stop(self) -> None:
+        """Stop every node, router first; collect failures and raise them at
+        the end, so one stuck node never leaves the others running."""
+        problems = []
+        stoppable = [*reversed(self.nodes), *([self.proxy] if self.proxy else [])]
+        for node in stoppable:
+            try:
+                node.stop()
+            except Exception as e:  # noqa: BLE001 - keep stopping the rest
+                problems.append(f"{node.name}: {e}")
+        if problems:
+            raise RuntimeError("teardown left problems: " + "; ".join(problems))

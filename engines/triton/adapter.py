@@ -1,0 +1,251 @@
+"""Triton Inference Server behind the ``Engine`` interface (engines/base.py):
+CPU Triton replicas (engines.triton.server) behind HAProxy
+(engines.triton.haproxy), driven with tritonclient (engines.triton.client).
+
+Checkers. Every checker that reads what any engine answers applies; four of
+vLLM's do not, and are left out rather than reported as vacuous passes:
+``stream_wellformed`` and ``usage_matches_tokens`` read OpenAI SSE chunks and
+usage blocks (Triton's gRPC stream has neither), ``no_duplicate_execution``
+reads the served journal of vLLM's middleware, and ``health_truthful`` reads
+vLLM's running/waiting gauges. ``sequence_consistent`` is Triton's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.parse
+import urllib.request
+from types import SimpleNamespace
+from typing import Any
+
+from invariants import (Availability, CanaryDeterminism, CountersMonotonic, ErrorRate, Goodput,
+                        LatencySLO, LeakBound, NoSilentLoss, Recovery, RestartReadiness)
+from invariants.base import Result
+from invariants.sequence import SequenceConsistent
+from ordeal.history import Op
+from ordeal.topology import Endpoint
+
+from engines.base import ClientCounts, Upstream, trace_files
+from engines.triton.haproxy import HaproxyRouter
+from engines.triton.client import TritonClient
+from engines.triton.models import (GENERATE_MODEL, ONCE_MODEL, SEQUENCE_MODEL, repository_digest,
+                            write_repository)
+from engines.triton.server import TritonServerNode
+from engines.vllm.adapter import node_starts
+from nodes.local import LocalNode
+from load.workload import WorkloadSpec
+
+#: Triton's sample names -> the common names (durations are in microseconds).
+TRITON_COMMON = {"nv_inference_pending_request_count": "requests_waiting",
+                 "nv_inference_request_success_total": "success_total",
+                 "nv_inference_request_failure_total": "failure_total",
+                 "nv_inference_count_total": "inferences_total",
+                 "nv_cpu_memory_used_bytes": "memory_used_bytes"}
+#: Fault kinds a CPU Triton node cannot take here, and what was seen.
+UNSUPPORTED = {
+    "clock_drift": (
+        "tritonserver under libfaketime (the only way to move one process's wall clock here "
+        "without moving the machine's) stalled: with +3600 s every gRPC stream got all its "
+        "tokens but never its final response (timeouts), and stayed so after the heal; with "
+        "only the model stubs faked the server crashed. Triton nodes start without "
+        "libfaketime; test a Triton node's clock with a real clock step on a machine of its own"),
+}
+#: Without a GPU, gpu_throttle's analog is a CPU quota on the node; it acts
+#: (the processes move into the quota's cgroup) but cannot show on this model.
+CPU_THROTTLE_WHY = (
+    "no GPU here, and the CPU analog (a CFS quota of 0.4 CPU on the node) does not slow the "
+    "numpy models at the suite's load: measured e2e p50 19-25 ms with and without it, the node "
+    "using ~7% of a core. On a GPU the co-tenant throttle applies to Triton "
+    "(tests/test_gpu_faults.py, the H200 run in docs/examples/gpu-triton-h200)")
+#: History ``f`` -> the model that serves it.
+F_MODEL = {"generate_stream": GENERATE_MODEL, "infer": ONCE_MODEL, "sequence": SEQUENCE_MODEL}
+
+
+def model_statistics(node: Any, timeout: float = 5.0) -> dict[str, dict[str, int]]:
+    """GET /v2/models/stats: per model, success and fail counts and the
+    cumulative queue and compute times (ns) since the server started."""
+    with urllib.request.urlopen(f"{node.endpoint.url}/v2/models/stats", timeout=timeout) as r:
+        stats = json.loads(r.read())
+    out = {}
+    for m in stats.get("model_stats", []):
+        s = m.get("inference_stats", {})
+        out[m["name"]] = {"success": s.get("success", {}).get("count", 0),
+                          "fail": s.get("fail", {}).get("count", 0),
+                          "queue_ns": s.get("queue", {}).get("ns", 0),
+                          "compute_infer_ns": s.get("compute_infer", {}).get("ns", 0)}
+    return out
+
+
+class TritonEngine:
+    name = "triton"
+    served_model_name = "ordeal-tiny"  # Triton nodes are probed by model_ready_url
+    fingerprint_prefixes = ("triton-", "haproxy-")
+
+    def answer_directly(self, node: Any, timeout: float = 30.0) -> dict[str, Any]:
+        prompt = list(b"answer directly")
+        body = json.dumps({"inputs": [
+            {"name": "text_input", "shape": [len(prompt)], "datatype": "UINT8", "data": prompt},
+            {"name": "max_tokens", "shape": [1], "datatype": "INT32", "data": [4]}]}).encode()
+        req = urllib.request.Request(f"{node.endpoint.url}/v2/models/{ONCE_MODEL}/infer",
+                                     data=body, headers={"content-type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            outs = {o["name"]: o["data"] for o in json.loads(resp.read())["outputs"]}
+            return {"status": resp.status, "node": (outs.get("node") or [None])[0],
+                    "tokens": len(outs.get("token_ids", []))}
+
+    def __init__(self) -> None:
+        # Which sequence model the client drives: tests point it at the
+        # unchecked variant (a server with a real bug) to see the invariant fail.
+        self.sequence_model = SEQUENCE_MODEL
+
+    def l7_visible(self, f: str) -> bool:
+        """HTTP/1.1 requests; gRPC streams are HTTP/2, opaque to L7 toxics."""
+        return f != "generate_stream"
+
+    def unsupported(self, kind: str) -> str | None:
+        if kind == "gpu_throttle" and not os.path.exists("/dev/nvidiactl"):
+            return CPU_THROTTLE_WHY
+        return UNSUPPORTED.get(kind)
+
+    def lsn_jump_evidence(self, invariants: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A jumped sequence step must be rejected by the server (the checker
+        stays valid and counts it as detected); a server that accepted one
+        is sequence_consistent's violation, which the verdict shows."""
+        return [c for i in invariants if i["name"] == "sequence_consistent"
+                for c in i["details"].get("detected_examples", [])]
+
+    def prepare(self, cluster: Any) -> None:
+        repo = write_repository(cluster.log_dir / "models")
+        cluster.model = SimpleNamespace(name="ordeal-tiny (numpy, Triton Python backend)",
+                                        path=repo, sha256=repository_digest())
+
+    def ports_per_replica(self) -> int:
+        return 3  # HTTP, gRPC, metrics
+
+    def replica(self, cluster: Any, index: int, ports: list[int]) -> LocalNode:
+        name = f"replica-{index}"
+        # No libfaketime: see UNSUPPORTED["clock_drift"].
+        return TritonServerNode(name, Endpoint(cluster.spec.host, ports[0]), ports[1], ports[2],
+                                cluster.model.path, cluster.log_dir / f"{name}.log",
+                                cluster.run_id)
+
+    def upstreams(self, node: Any) -> list[Upstream]:
+        return [Upstream("", node.endpoint, "http"), Upstream("-grpc", node.grpc_endpoint, "grpc")]
+
+    def router(self, cluster: Any, endpoint: Endpoint,
+               upstreams: list[tuple[str, Upstream, Endpoint]]) -> LocalNode:
+        http = [(name, ep) for name, u, ep in upstreams if u.protocol == "http"]
+        grpc = [(name, ep) for name, u, ep in upstreams if u.protocol == "grpc"]
+        return HaproxyRouter("router", endpoint, http, grpc, cluster.log_dir / "router.log",
+                             cluster.run_id)
+
+    def client(self, spec: WorkloadSpec, entrypoint: str, cluster: Any) -> TritonClient:
+        parts = urllib.parse.urlsplit(entrypoint)
+        client = TritonClient(spec, f"{parts.hostname}:{parts.port}",
+                              getattr(cluster, "sequence_jump_file", None))
+        client.sequence_model = self.sequence_model
+        return client
+
+    def checkers(self) -> list[Any]:
+        return [NoSilentLoss(), CanaryDeterminism(), LatencySLO(), Goodput(), ErrorRate(),
+                Availability(), Recovery(), RestartReadiness(), CountersMonotonic(), LeakBound(),
+                SequenceConsistent()]
+
+    def collect_metrics(self, node: Any, raw: dict[str, float]) -> dict[str, float]:
+        out = {common: raw[name] for name, common in TRITON_COMMON.items() if name in raw}
+        if "nv_inference_queue_duration_us_total" in raw:
+            out["queue_time_s_total"] = raw["nv_inference_queue_duration_us_total"] / 1e6
+        return out
+
+    def fingerprint(self, node: Any) -> str:
+        return node.fingerprint()
+
+    def trace(self, op: Op, cluster: Any) -> dict[str, Any]:
+        """Triton's own per-request timeline (``--trace-config level=
+        TIMESTAMPS``), found by the request id the client sent: queue wait,
+        then compute (prefill and decode are one compute span for a Python
+        model), in ms. Requests still in the server's buffer (it writes every
+        20 traces) are not there yet."""
+        rid = op.value.get("request_id")
+        if not rid:
+            return {"source": "none", "why": "the op has no request_id (pass the invoke op)"}
+        for node in cluster.replicas():
+            for path in trace_files(node.trace_path):
+                found = _find_trace(path, rid)
+                if found:
+                    return {"source": f"triton trace {path.name}", "node": node.name, **found}
+        return {"source": "none", "why": f"request {rid} is in no trace file yet"}
+
+    def mark(self, cluster: Any) -> dict[str, Any]:
+        return {node.name: {"starts": node_starts(node), "stats": model_statistics(node)}
+                for node in cluster.replicas()}
+
+    def validate_consistency(self, cluster: Any, counts: ClientCounts,
+                             mark: dict[str, Any]) -> Result:
+        """Triton's model statistics against the client's counts, per model,
+        over the load (statistics now minus at ``mark``). The server cannot
+        have run more requests than the client sent (ok + unknown + the
+        model's own error answers, which Triton counts as executions); when
+        no replica restarted it must also have run every one the client got
+        an answer to. A restarted replica's statistics began again: it adds
+        what its new process ran, and only the upper bound is checked."""
+        servers: dict[str, int] = {}
+        restarted, problems, bad = [], [], []
+        for node in cluster.replicas():
+            before = mark.get(node.name) or {"starts": None, "stats": {}}
+            same = before["starts"] == node_starts(node)
+            if not same:
+                restarted.append(node.name)
+            try:
+                now = model_statistics(node)
+            except (OSError, ValueError) as e:
+                problems.append(f"{node.name}: /v2/models/stats: {e}")
+                continue
+            for model, s in now.items():
+                base = before["stats"].get(model, {}).get("success", 0) if same else 0
+                servers[model] = servers.get(model, 0) + s["success"] - base
+        if problems:
+            return Result("engine_consistency", "unknown",
+                          {"engine": "triton", "why": "statistics unreadable", "problems": problems})
+        checked = {}
+        for f, model in F_MODEL.items():
+            if f == "sequence":
+                model = self.sequence_model
+            c = {"ok": 0, "fail": 0, "info": 0, "model_error": 0, **counts.by_f.get(f, {})}
+            server = servers.get(model, 0)
+            low = 0 if restarted else c["ok"]
+            high = c["ok"] + c["info"] + c["model_error"]
+            checked[f] = {"model": model, "server_ran": server, "client": c,
+                          "bounds": [low, high]}
+            if not low <= server <= high:
+                bad.append({"f": f, "model": model, "server_ran": server, "client": c,
+                            "why": ("the server ran more requests than the client sent"
+                                    if server > high else
+                                    "the client got answers the server does not count")})
+        details = {"engine": "triton", "checked": checked, "restarted": restarted}
+        if restarted:
+            details["note"] = ("a replica restarted: its statistics began again, so only the "
+                               "upper bound is checked")
+        return Result("engine_consistency", not bad, details, bad)
+
+
+def _find_trace(path: Any, rid: str) -> dict[str, Any] | None:
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # a part being written: the next look finds it
+    ids = {e["id"] for e in entries if e.get("request_id") == rid and "id" in e}
+    if not ids:
+        return None
+    stamps: dict[str, int] = {}
+    for e in entries:
+        if e.get("id") in ids:
+            for t in e.get("timestamps", []):
+                stamps.setdefault(t["name"], int(t["ns"]))
+    ms = lambda a, b: (round((stamps[b] - stamps[a]) / 1e6, 3)  # noqa: E731
+                       if a in stamps and b in stamps else None)
+    return {"queue_ms": ms("QUEUE_START", "COMPUTE_START"),
+            "compute_ms": ms("COMPUTE_START", "COMPUTE_END"),
+            "request_ms": ms("REQUEST_START", "REQUEST_END"),
+            "timestamps": sorted(stamps, key=stamps.get)}

@@ -1,0 +1,158 @@
+"""vLLM behind the ``Engine`` interface (engines/base.py): real vLLM
+replicas (engines.vllm.nodes) behind the real vllm-router, spoken to over
+the OpenAI API."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from typing import Any
+
+from invariants import DEFAULT_CHECKERS
+from invariants.base import Result
+from ordeal.history import Op
+from ordeal.topology import Endpoint
+
+from engines.base import ClientCounts, Upstream
+from load.metrics import fetch_metrics
+from engines.vllm.model import ensure_tiny_model
+from nodes.ports import free_ports
+from nodes.local import LocalNode
+from engines.vllm.nodes import SERVED_MODEL_NAME, VllmReplica, VllmRouter
+from load.workload import OpenAIClient, WorkloadSpec
+
+#: vLLM's sample names -> the common names.
+VLLM_COMMON = {"vllm:num_requests_running": "requests_running",
+               "vllm:num_requests_waiting": "requests_waiting",
+               "vllm:request_queue_time_seconds_sum": "queue_time_s_total",
+               "vllm:request_success_total": "success_total",
+               "vllm:kv_cache_usage_perc": "kv_cache_usage",
+               "process_resident_memory_bytes": "memory_used_bytes",
+               "vllm:prompt_tokens_total": "prompt_tokens_total",
+               "vllm:generation_tokens_total": "generation_tokens_total"}
+
+
+def node_starts(node: Any) -> int | None:
+    """How many times a node's process was started (None: not known)."""
+    proc = getattr(node, "process", None)
+    return getattr(proc, "starts", None)
+
+
+class VllmEngine:
+    name = "vllm"
+    served_model_name = SERVED_MODEL_NAME  # what /v1/models lists
+    fingerprint_prefixes = ("vllm-", "vllm-router-")
+
+    def answer_directly(self, node: Any, timeout: float = 30.0) -> dict[str, Any]:
+        body = json.dumps({"model": SERVED_MODEL_NAME, "prompt": "answer directly",
+                           "max_tokens": 4, "temperature": 0}).encode()
+        req = urllib.request.Request(node.endpoint.url + "/v1/completions", data=body,
+                                     headers={"content-type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            payload = json.loads(resp.read())
+            return {"status": resp.status, "node": resp.headers.get("x-ordeal-node"),
+                    "tokens": payload.get("usage", {}).get("completion_tokens")}
+
+    def l7_visible(self, f: str) -> bool:
+        return True  # the OpenAI API is HTTP/1.1 end to end
+
+    def unsupported(self, kind: str) -> str | None:
+        return None  # every kind of the catalogue acts on vLLM replicas
+
+    def lsn_jump_evidence(self, invariants: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A rewritten stream is a defect the stream checkers must call out:
+        their counterexamples are the evidence."""
+        return [c for i in invariants
+                if i["name"] in ("stream_wellformed", "usage_matches_tokens")
+                and i["valid"] is False for c in i["counterexamples"]]
+
+    def prepare(self, cluster: Any) -> None:
+        if cluster.model is None:
+            cluster.progress(f"preparing the tiny model (seed {cluster.spec.model_seed}) ...")
+            cluster.model = ensure_tiny_model(cluster.spec.model_seed)
+
+    def ports_per_replica(self) -> int:
+        return 1
+
+    def replica(self, cluster: Any, index: int, ports: list[int]) -> LocalNode:
+        cores = sorted(os.sched_getaffinity(0))
+        name = f"replica-{index}"
+        return VllmReplica(name, Endpoint(cluster.spec.host, ports[0]), cluster.model.path,
+                           cluster.log_dir / f"{name}.log", cluster.run_id,
+                           cpu_core=cores[index % len(cores)],  # spread replicas over the cores
+                           clock_file=(cluster.log_dir / f"{name}.faketime"
+                                       if cluster.spec.clock_faults else None))
+
+    def upstreams(self, node: LocalNode) -> list[Upstream]:
+        return [Upstream("", node.endpoint)]
+
+    def router(self, cluster: Any, endpoint: Endpoint,
+               upstreams: list[tuple[str, Upstream, Endpoint]]) -> LocalNode:
+        metrics_port = next(p for p in free_ports(2, cluster.spec.host) if p != endpoint.port)
+        return VllmRouter("router", endpoint, [ep.url for _, _, ep in upstreams],
+                          cluster.log_dir / "router.log", cluster.run_id,
+                          metrics_port=metrics_port)
+
+    def client(self, spec: WorkloadSpec, entrypoint: str, cluster: Any) -> OpenAIClient:
+        return OpenAIClient(spec, entrypoint)
+
+    def checkers(self) -> list[Any]:
+        return [c() for c in DEFAULT_CHECKERS]
+
+    def collect_metrics(self, node: Any, raw: dict[str, float]) -> dict[str, float]:
+        out = {common: raw[name] for name, common in VLLM_COMMON.items() if name in raw}
+        return out
+
+    def fingerprint(self, node: Any) -> str:
+        return node.fingerprint()
+
+    def trace(self, op: Op, cluster: Any) -> dict[str, Any]:
+        """vLLM publishes per-request phases only as histograms, so the
+        timeline is the client's own: queue + prefill until the first token,
+        decode after it."""
+        v = op.value
+        if "ttft_ms" not in v or "e2e_ms" not in v:
+            return {"source": "none", "why": "the op has no token timings (not ok, or no token)"}
+        return {"source": "client timings (vLLM gives per-request phases only as histograms)",
+                "queue_and_prefill_ms": v["ttft_ms"],
+                "decode_ms": round(v["e2e_ms"] - v["ttft_ms"], 3),
+                "e2e_ms": v["e2e_ms"], "node": v.get("node")}
+
+    def mark(self, cluster: Any) -> dict[str, Any]:
+        out = {}
+        for node in cluster.replicas():
+            raw, err = fetch_metrics(node)
+            out[node.name] = {"starts": node_starts(node), "error": err,
+                              "success": raw.get("vllm:request_success_total", 0.0)}
+        return out
+
+    def validate_consistency(self, cluster: Any, counts: ClientCounts,
+                             mark: dict[str, Any]) -> Result:
+        """Each replica that ran the whole load in one process must have
+        finished at least as many requests during it as the client got
+        answers from it (the router may retry, and a probe may add one, so
+        more is fine; fewer means vLLM's counter or the node header lies)."""
+        checked, skipped, bad = {}, {}, []
+        for node in cluster.replicas():
+            before = mark.get(node.name) or {}
+            starts = node_starts(node)
+            if starts is None or before.get("starts") != starts or before.get("error"):
+                skipped[node.name] = before.get("error") or (
+                    f"restarted during the load (start {before.get('starts')} -> {starts}): its "
+                    "counters began again" if starts is not None else "no process count")
+                continue
+            raw, err = fetch_metrics(node)
+            if err:
+                skipped[node.name] = err
+                continue
+            server = raw.get("vllm:request_success_total", 0.0) - before["success"]
+            client = counts.by_node.get(node.name, 0)
+            checked[node.name] = {"server_success": server, "client_ok": client}
+            if server < client:
+                bad.append({"node": node.name, "server_success": server, "client_ok": client,
+                            "why": "the client got more answers from this replica than it "
+                                   "says it finished"})
+        valid: Any = (not bad) if checked else "unknown"
+        return Result("engine_consistency", valid,
+                      {"engine": "vllm", "checked": checked, "not_checked": skipped}, bad)

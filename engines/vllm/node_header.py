@@ -1,0 +1,75 @@
+"""ASGI middleware loaded into each vLLM replica with ``--middleware``.
+
+Two jobs, both from inside the replica, where the truth is:
+
+1. It adds ``x-ordeal-node: <name>`` to every response, so a request that
+   went through the router is recorded with the replica that served it. The
+   router forwards upstream headers unchanged (seen with vllm-router 0.1.17).
+2. It keeps a *served journal*: for each request that carried an
+   ``x-request-id``, a ``begin`` line when it arrives and an ``end`` line
+   when the response ends, saying whether the replica sent all of it. The
+   client cannot see a router retry; the journals can, and
+   ``no_duplicate_execution`` reads them. The begin lines tell
+   ``health_truthful`` that a replica holds work even when its engine (and
+   with it the engine's own gauges) is frozen. The monitor copies new lines
+   into the history.
+
+Pure ASGI rather than Starlette's BaseHTTPMiddleware, which would buffer and
+slow streaming responses. Lines are written with one ``os.write`` on an
+O_APPEND descriptor, so they never interleave, and a line is tiny.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from ordeal.journal import journal_path
+
+class NodeHeaderMiddleware:
+    def __init__(self, app):  # type: ignore[no-untyped-def]
+        self.app = app
+        self.name = os.environ.get("ORDEAL_NODE", "unknown")
+        self.value = self.name.encode()
+        log_dir = os.environ.get("ORDEAL_LOG_DIR")
+        self.fd: int | None = None
+        if log_dir:
+            self.fd = os.open(journal_path(log_dir, self.name),
+                              os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def _journal(self, **fields: object) -> None:
+        if self.fd is None:
+            return
+        line = json.dumps({**fields, "node": self.name, "t": round(time.time(), 3)})
+        os.write(self.fd, line.encode() + b"\n")
+
+    async def __call__(self, scope, receive, send):  # type: ignore[no-untyped-def]
+        if scope.get("type") != "http":
+            return await self.app(scope, receive, send)
+        rid = None
+        for k, v in scope.get("headers", []):
+            if k == b"x-request-id":
+                rid = v.decode("latin-1")[:200]
+                break
+        state = {"status": None, "complete": False}
+        if rid is not None:
+            self._journal(rid=rid, phase="begin")
+
+        async def send_with_header(message):  # type: ignore[no-untyped-def]
+            if message.get("type") == "http.response.start":
+                state["status"] = message.get("status")
+                message = dict(message)
+                message["headers"] = list(message.get("headers", [])) + [
+                    (b"x-ordeal-node", self.value)]
+            await send(message)
+            if message.get("type") == "http.response.body" and not message.get("more_body"):
+                state["complete"] = True
+
+        try:
+            return await self.app(scope, receive, send_with_header)
+        finally:
+            if rid is not None:
+                self._journal(rid=rid, phase="end", status=state["status"],
+                              complete=bool(state["complete"]))

@@ -1,0 +1,636 @@
+"""Endurance runs (issue 7): hours to days of load under a seeded nemesis that
+cycles through the fault catalogue, judged while it goes, resumable after the
+harness dies.
+
+    EndurancePlan (pure)  ->  endurance.json (the plan, the schedule, segments)
+        ->  OrdealRun.load(schedule, stop=judge.should_stop)
+        ->  Judge: a thread that tails history.jsonl, feeds the checkers,
+            prints progress, writes interim.json, and watches the stop condition
+        ->  OrdealRun.check over the whole history (both halves of a resumed run)
+
+The schedule is planned at nominal times (``duration_s``) and then divided by
+``time_scale``: the same schedule runs in minutes for CI that runs in hours
+for a qualification. Targets are resolved to node and link names when the plan
+is made, so a resumed run injects exactly what the first half would have.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import threading
+import time
+import tracemalloc
+from collections import Counter, deque
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from faults.catalogue import BACKEND_KINDS, KINDS
+from faults.factory import LINK_KINDS
+from faults.nemesis import FaultWindow
+from faults.schedule import FaultChoice, Step, plan_schedule
+from faults.targets import select
+from invariants import DEFAULT_CHECKERS, RunContext
+from invariants.base import Result
+from ordeal.config import ConfigError
+from ordeal.history import HARNESS, NEMESIS, History, Op
+from reports.run_dir import write_json_atomic
+
+from load import heap
+from load.router_watch import RouterGone
+
+STATE_NAME = "endurance.json"
+INTERIM_NAME = "interim.json"
+FORMAT_VERSION = 1
+
+#: Every fault kind, with parameters a healthy two-replica stack behind a
+#: router should ride out. Link faults go on a router-replica link: the router
+#: may retry elsewhere, which is what a qualification wants to see. lsn_jump
+#: plants a corruption on purpose; invariants.planted judges it as detection.
+CATALOGUE: tuple[FaultChoice, ...] = (
+    FaultChoice("process_pause", "one"),
+    FaultChoice("network_latency", "router-replica-0", {"latency_ms": 150, "jitter_ms": 50}),
+    FaultChoice("network_partition", "one", {"mode": "drop"}),
+    FaultChoice("packet_loss", "one", {"probability": 0.1}),
+    FaultChoice("bandwidth_limit", "router-replica-0", {"rate_kbps": 64,
+                                                        "direction": "downstream"}),
+    FaultChoice("clock_drift", "one", {"mode": "offset", "offset_s": 3600}),
+    FaultChoice("connection_reset", "router-replica-0", {"timeout_ms": 0}),
+    FaultChoice("gpu_throttle", "one", {"cpu_fraction": 0.2}),
+    FaultChoice("lsn_jump", "router-replica-0", {"mode": "duplicate", "after_events": 2}),
+    FaultChoice("gpu_memory_pressure", "one", {"mb": 1024}),
+    FaultChoice("http_fault", "router-replica-0", {"mode": "abort", "status": 503}),
+    FaultChoice("process_kill", "one"),
+)
+
+#: Kinds only ``--cluster ray`` has (a simulated Ray node lost, paused, cut
+#: from the head). Never in the default cycle: taken when ``--faults``
+#: names them, on a Ray cluster the suite started.
+RAY_CATALOGUE: tuple[FaultChoice, ...] = (
+    FaultChoice("ray_node_loss", "one"),
+    FaultChoice("ray_node_pause", "one"),
+    FaultChoice("ray_node_partition", "one"),
+)
+ALL_CHOICES = CATALOGUE + RAY_CATALOGUE
+
+
+@dataclass(frozen=True)
+class StopCondition:
+    """Abort the run, healing everything, when the share of client requests
+    that end in fail or info over the last ``window_s`` stays above
+    ``max_error_rate`` for ``grace_s`` (the stop conditions of cloud fault
+    services). The defaults stop only a cluster that is essentially down."""
+
+    max_error_rate: float = 0.9
+    window_s: float = 60.0
+    grace_s: float = 300.0
+    min_requests: int = 10  # fewer completions in the window judge nothing
+
+    def __post_init__(self) -> None:
+        if not 0 < self.max_error_rate <= 1:
+            raise ConfigError(f"--stop-error-rate {self.max_error_rate}: give a share in (0, 1]")
+        if self.window_s <= 0 or self.grace_s < 0:
+            raise ConfigError(f"stop condition: window {self.window_s}s must be > 0 and grace "
+                              f"{self.grace_s}s >= 0")
+
+
+@dataclass(frozen=True)
+class EndurancePlan:
+    duration_s: float  # nominal: the schedule's own time
+    time_scale: float = 1.0  # the run takes duration_s / time_scale seconds
+    seed: int = 0
+    kinds: tuple[str, ...] = tuple(c.kind for c in CATALOGUE)
+    rate: float = 8.0  # open-loop requests/s
+    replicas: int = 2
+    quiet_s: tuple[float, float] = (30.0, 60.0)  # nominal, between faults
+    hold_s: tuple[float, float] = (20.0, 40.0)  # nominal, how long a fault stays
+    tail_s: float = 60.0  # nominal: no fault in the last tail_s
+    interim_every_s: float = 300.0  # wall seconds
+    progress_every_s: float = 30.0  # wall seconds
+    stop: StopCondition = field(default_factory=StopCondition)
+
+    def __post_init__(self) -> None:
+        if self.time_scale <= 0:
+            raise ConfigError(f"--time-scale {self.time_scale}: must be more than zero")
+        if self.duration_s <= 0:
+            raise ConfigError(f"--duration {self.duration_s}s: must be more than zero")
+        unknown = sorted(set(self.kinds) - {c.kind for c in ALL_CHOICES})
+        if unknown or not self.kinds:
+            raise ConfigError(f"--faults: unknown kind(s) {unknown or ['(none given)']}; choose "
+                              f"from {', '.join(c.kind for c in ALL_CHOICES)}")
+        if self.replicas < 1:
+            raise ConfigError("endurance needs at least one replica")
+
+    @property
+    def run_s(self) -> float:
+        """Wall seconds the load runs."""
+        return self.duration_s / self.time_scale
+
+    def choices(self) -> list[FaultChoice]:
+        return [c for c in ALL_CHOICES if c.kind in self.kinds]
+
+    def schedule(self) -> list[Step]:
+        """The whole run's steps, at scaled times, targets resolved to names."""
+        nominal = plan_schedule(self.choices(), self.duration_s, self.seed, self.quiet_s,
+                                self.hold_s, self.tail_s, cycle=True)
+        if not nominal:
+            raise ConfigError(f"--duration {self.duration_s:.0f}s leaves no room for a fault "
+                              f"(quiet {self.quiet_s}, hold {self.hold_s}, tail {self.tail_s}s "
+                              "nominal); give a longer duration")
+        replicas = [f"replica-{i}" for i in range(self.replicas)]
+        rng = random.Random(self.seed)
+        names: dict[int, str] = {}
+        out = []
+        for s in nominal:
+            if s.key not in names:
+                # A Ray node kind keeps its word: the plan does not know how
+                # many Ray nodes the cluster has; the factory picks among
+                # them at injection, with the run's seeded random.
+                names[s.key] = s.target if s.kind in LINK_KINDS or s.kind in BACKEND_KINDS \
+                    or s.target not in ("one", "minority", "majority", "all") else ",".join(
+                        select(s.target, replicas, rng))
+            out.append(replace(s, at_s=round(s.at_s / self.time_scale, 3),
+                               target=names[s.key]))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "EndurancePlan":
+        kw = dict(d)
+        kw["stop"] = StopCondition(**kw.get("stop", {}))
+        for k in ("kinds", "quiet_s", "hold_s"):
+            if k in kw:
+                kw[k] = tuple(kw[k])
+        return EndurancePlan(**kw)
+
+
+def kinds_option(text: str | None, backend: str = "local") -> tuple[str, ...]:
+    """``--faults a,b``: the kinds to cycle through; all of the common
+    catalogue when not given. A Ray node kind needs ``--cluster ray``."""
+    if not text or text.strip() == "all":
+        return tuple(c.kind for c in CATALOGUE)
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in KINDS and k not in BACKEND_KINDS]
+    if unknown:
+        raise ConfigError(f"--faults: unknown kind(s) {unknown}; the catalogue has "
+                          f"{', '.join(sorted(KINDS))}, and on --cluster ray "
+                          f"{', '.join(sorted(BACKEND_KINDS))}")
+    ray_only = [k for k in kinds if k in BACKEND_KINDS]
+    if ray_only and backend != "ray":
+        raise ConfigError(f"--faults: {ray_only} act on the simulated nodes of --cluster ray; "
+                          f"this run is --cluster {backend}. Add --cluster ray, or leave them "
+                          "out")
+    return kinds
+
+
+# ------------------------------------------------------------------ state
+
+@dataclass
+class EnduranceState:
+    """What endurance.json keeps: enough to resume the run from its plan."""
+
+    plan: EndurancePlan
+    steps: list[Step]
+    segments: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": "ordeal-endurance", "version": FORMAT_VERSION,
+                "plan": self.plan.to_dict(), "steps": [s.to_dict() for s in self.steps],
+                "segments": self.segments}
+
+
+def save_state(run_dir: Path, state: EnduranceState) -> None:
+    write_json_atomic(Path(run_dir) / STATE_NAME, state.to_dict())
+
+
+def load_state(run_dir: Path) -> EnduranceState:
+    """The state of a run to resume; every problem says what to do."""
+    path = Path(run_dir) / STATE_NAME
+    if not path.exists():
+        raise ConfigError(f"--resume {run_dir}: no {STATE_NAME} there; give the run directory "
+                          "of an endurance run (reports/runs/<run-id>)")
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("format") != "ordeal-endurance" or doc.get("version") != FORMAT_VERSION:
+            raise ValueError(f"format {doc.get('format')!r} version {doc.get('version')!r}")
+        plan = EndurancePlan.from_dict(doc["plan"])
+        steps = [Step(**s) for s in doc["steps"]]
+        return EnduranceState(plan, steps, list(doc.get("segments", [])))
+    except (ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"--resume {run_dir}: {path} cannot be read ({e}); it is written by "
+                          "suites/test_endurance.py and must not be edited") from None
+
+
+def epoch_of(wall: str) -> float:
+    return datetime.fromisoformat(wall.replace("Z", "+00:00")).timestamp()
+
+
+def remaining_steps(steps: Sequence[Step], position_s: float) -> list[Step]:
+    """The steps still to run from ``position_s`` on, shifted to start at 0.
+    An inject before the position was healed by the clean-up of the resumed
+    run (heal-all), so its heal is dropped with it."""
+    done_keys = {s.key for s in steps if s.action == "inject" and s.at_s < position_s}
+    return [replace(s, at_s=round(s.at_s - position_s, 3)) for s in steps
+            if s.at_s >= position_s and s.key not in done_keys]
+
+
+harness_rss_mb = heap.rss_mb
+
+
+# ------------------------------------------------------------------ judge
+
+class Judge:
+    """Judges the run while it goes, from history.jsonl as written: a thread
+    reads each new line once and feeds it to streaming checkers, so memory
+    stays bounded by the checkers' own (in-flight) state. Every
+    ``interim_every_s`` it writes interim.json; every ``progress_every_s`` it
+    prints a line; it decides the stop condition on the current segment's
+    client completions. A resumed run's judge starts at the beginning of
+    the file, so the figures cover both halves."""
+
+    MAX_WINDOWS = 20000  # ~ a fault a minute for two weeks
+
+    def __init__(self, history_path: Path, run_dir: Path, plan: EndurancePlan,
+                 ctx: RunContext, say: Callable[[str], None], live_from_index: int = 0,
+                 position_s: float = 0.0, checkers: Sequence[Any] | None = None):
+        self.path = Path(history_path)
+        self.run_dir = Path(run_dir)
+        self.plan = plan
+        self.ctx = ctx
+        self.say = say
+        self.live_from_index = live_from_index
+        self.position_s = position_s
+        self.checkers = list(checkers) if checkers is not None else [c() for c in
+                                                                       DEFAULT_CHECKERS]
+        for c in self.checkers:
+            c.start(ctx)
+        self.failed_checkers: dict[str, str] = {}
+        self.counts: Counter[str] = Counter()
+        self.bad_lines = 0
+        self.windows: list[FaultWindow] = []
+        self.open: dict[tuple[str, str], FaultWindow] = {}
+        self.exercised: Counter[str] = Counter()
+        self.gaps: list[dict[str, Any]] = []
+        self.recent: deque[tuple[int, bool]] = deque()  # (time_ns, failed) of live completions
+        self.breach_since_ns: int | None = None
+        self.stop_reason: str | None = None
+        self.rss: list[tuple[float, float]] = []  # (seconds into this segment, MB)
+        self.heap: dict[str, Any] = {}  # the latest sample_rss's figures
+        self.t0 = time.monotonic()
+        # ORDEAL_TRACEMALLOC=1: interim.json also lists the lines holding the
+        # most memory (slows the harness; for finding a leak).
+        self.trace = bool(os.environ.get("ORDEAL_TRACEMALLOC"))
+        if self.trace and not tracemalloc.is_tracing():
+            tracemalloc.start(4)
+        self._trace_base: tracemalloc.Snapshot | None = None
+        self._offset = 0
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="ordeal-judge", daemon=True)
+
+    # -- lifecycle ------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        """Read what is left, write the last interim file, stop the thread."""
+        self._halt.set()
+        self._thread.join(timeout=60)
+        self.read_new()
+        self.write_interim()
+
+    def should_stop(self) -> bool:
+        return self.stop_reason is not None
+
+    def _loop(self) -> None:
+        next_interim = time.monotonic() + self.plan.interim_every_s
+        next_progress = time.monotonic() + self.plan.progress_every_s
+        while not self._halt.wait(0.5):
+            try:
+                self.read_new()
+                now = time.monotonic()
+                if now >= next_progress:
+                    next_progress = now + self.plan.progress_every_s
+                    self.say(self.progress_line())
+                    heap.trim()  # the line's copy of the checkers is garbage now
+                if now >= next_interim:
+                    next_interim = now + self.plan.interim_every_s
+                    self.write_interim()
+            except Exception as e:  # noqa: BLE001 - the judge must not kill the run
+                self.say(f"endurance: judge error (the run goes on; the final check reads "
+                         f"the whole history again): {type(e).__name__}: {e}")
+
+    # -- reading ----------------------------------------------------------------
+    def read_new(self) -> int:
+        """Feed every complete line written since the last call."""
+        if not self.path.exists():
+            return 0
+        n = 0
+        with self.path.open("rb") as fh:
+            fh.seek(self._offset)
+            while True:
+                raw = fh.readline()
+                if not raw.endswith(b"\n"):
+                    break  # a line still being written: read it next time
+                self._offset += len(raw)
+                try:
+                    d = json.loads(raw)
+                    if isinstance(d, dict) and "chunk" in d and "index" not in d:
+                        continue  # a chunk trailer (ordeal.history), not an op
+                    op = Op.from_dict(d)
+                except (ValueError, KeyError, TypeError):
+                    self.bad_lines += 1  # the final check names it
+                    continue
+                self.feed(op)
+                n += 1
+        return n
+
+    def feed(self, op: Op) -> None:
+        for c in self.checkers:
+            if c.name in self.failed_checkers:
+                continue
+            try:
+                c.feed(op)
+            except Exception as e:  # noqa: BLE001 - judged again at the end
+                self.failed_checkers[c.name] = f"{type(e).__name__}: {e}"
+        if op.process == NEMESIS:
+            self._nemesis(op)
+            return
+        if op.process in HARNESS:
+            if op.f == "gap":
+                self.gaps.append(dict(op.value))
+                for w in self.open.values():  # the resumed harness healed them (heal-all)
+                    w.healed, w.note = op.wall, "healed by the resumed harness's clean-up"
+                self.open.clear()
+            return
+        self.counts[op.type] += 1
+        if op.type != "invoke" and op.index >= self.live_from_index:
+            self._stop_condition(op)
+
+    def _nemesis(self, op: Op) -> None:
+        kind, target = op.value.get("kind"), op.value.get("target")
+        if not kind:
+            return
+        key = (str(kind), str(target))
+        phase = op.value.get("phase")
+        if op.f == "inject" and phase == "begin":
+            w = FaultWindow(str(kind), str(target))
+            self.open[key] = w
+            if len(self.windows) < self.MAX_WINDOWS:
+                self.windows.append(w)
+        elif op.f == "inject" and phase in ("end", "refused"):
+            w = self.open.get(key)
+            if w is not None:
+                if op.error or phase == "refused":
+                    w.error = op.error or "refused"
+                else:
+                    w.injected = op.wall
+                    self.exercised[str(kind)] += 1
+        elif op.f == "heal" and phase == "end":
+            w = self.open.pop(key, None)
+            if w is not None:
+                w.healed = op.wall
+                if op.error:
+                    w.error = (w.error or "") + f" heal: {op.error}"
+
+    def _stop_condition(self, op: Op) -> None:
+        stop = self.plan.stop
+        self.recent.append((op.time_ns, op.type != "ok"))
+        horizon = op.time_ns - int(stop.window_s * 1e9)
+        while self.recent and self.recent[0][0] < horizon:
+            self.recent.popleft()
+        if len(self.recent) < stop.min_requests:
+            return
+        rate = sum(bad for _, bad in self.recent) / len(self.recent)
+        if rate <= stop.max_error_rate:
+            self.breach_since_ns = None
+            return
+        if self.breach_since_ns is None:
+            self.breach_since_ns = op.time_ns
+        if op.time_ns - self.breach_since_ns >= stop.grace_s * 1e9 and self.stop_reason is None:
+            self.stop_reason = (f"stop condition: {rate:.0%} of requests failed over the last "
+                                f"{stop.window_s:.0f}s, above {stop.max_error_rate:.0%} for "
+                                f"{stop.grace_s:.0f}s (--stop-error-rate, --stop-grace)")
+            self.say(f"endurance: {self.stop_reason}; stopping and healing everything")
+
+    # -- reporting --------------------------------------------------------------
+    def results(self) -> list[Result]:
+        """The invariants so far, without disturbing the running checkers."""
+        out = []
+        for c in self.checkers:
+            if c.name in self.failed_checkers:
+                out.append(Result(c.name, "unknown", {"error": self.failed_checkers[c.name]}))
+                continue
+            try:
+                # A copy costs as much as the checker's state, every progress
+                # line; a checker whose result only reads is asked directly.
+                live = c if c.pure_result else copy.deepcopy(c)
+                out.append(settled_so_far(live.result()))
+            except Exception as e:  # noqa: BLE001
+                out.append(Result(c.name, "unknown", {"error": f"{type(e).__name__}: {e}"}))
+        return out
+
+    def elapsed_s(self) -> float:
+        return self.position_s + time.monotonic() - self.t0
+
+    def progress_line(self) -> str:
+        results = self.results()
+        false = [r.name for r in results if r.valid is False]
+        elapsed, total = self.elapsed_s(), self.plan.run_s
+        active = ", ".join(f"{k} on {t}" for k, t in self.open) or "none"
+        unknown = sum(1 for r in results if r.valid not in (True, False))
+        verdict = (f"FALSE: {', '.join(false)}" if false else
+                   f"none false ({len(results) - unknown} true, {unknown} not yet judged)")
+        c = self.counts
+        return (f"endurance {fmt_s(elapsed)}/{fmt_s(total)} ({min(100, 100 * elapsed / total):.0f}%),"
+                f" ops {c['invoke']} (ok {c['ok']}, fail {c['fail']}, info {c['info']}), fault: "
+                f"{active}, kinds {len(self.exercised)}/{len(self.plan.kinds)}, "
+                f"invariants so far {verdict}, harness RSS {harness_rss_mb():.0f} MB")
+
+    def sample_rss(self) -> None:
+        """RSS after handing malloc's free pages back (``load.heap``),
+        with malloc's own figures and what the trim gave back."""
+        before = harness_rss_mb()
+        heap.trim()
+        t, parts = round(time.monotonic() - self.t0, 1), heap.rss_parts_mb()
+        after = parts.get("VmRSS", 0.0)
+        if len(self.rss) < 2000:
+            self.rss.append((t, round(after, 2)))
+        self.heap = {"at_s": t, "rss_before_trim_mb": round(before, 2),
+                     "rss_mb": round(after, 2),
+                     "rss_anon_mb": round(parts.get("RssAnon", 0.0), 2),
+                     "rss_file_mb": round(parts.get("RssFile", 0.0), 2),
+                     **(heap.malloc_figures() or {})}
+
+    def write_interim(self) -> None:
+        self.sample_rss()
+        write_json_atomic(self.run_dir / INTERIM_NAME, {
+            "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "elapsed_s": round(self.elapsed_s(), 1), "run_s": self.plan.run_s,
+            "ops": dict(self.counts), "active_faults": [list(k) for k in self.open],
+            "kinds_exercised": dict(self.exercised), "stop_reason": self.stop_reason,
+            "harness_rss_mb": self.rss[-20:], "unreadable_lines": self.bad_lines,
+            "invariants": [r.to_dict() for r in self.results()],
+            "threads": threading.active_count(), "heap": self.heap,
+            **(self.trace_report() if self.trace else {})})
+
+    def trace_report(self) -> dict[str, Any]:
+        """ORDEAL_TRACEMALLOC=1: what Python holds now, and what grew since
+        the first interim file (a leak shows in the growth, not the top)."""
+        snap = tracemalloc.take_snapshot().filter_traces(
+            [tracemalloc.Filter(False, tracemalloc.__file__)])
+        if self._trace_base is None:
+            self._trace_base = snap
+        current, peak = tracemalloc.get_traced_memory()
+        return {"tracemalloc_traced_mb": round(current / 2**20, 2),
+                "tracemalloc_peak_mb": round(peak / 2**20, 2),
+                "tracemalloc_top": [str(st) for st in snap.statistics("lineno")[:25]],
+                "tracemalloc_growth": [
+                    f"{st.size_diff / 1024:+.1f} KiB ({st.count_diff:+d} blocks) at "
+                    + " -> ".join(f"{fr.filename}:{fr.lineno}" for fr in st.traceback)
+                    for st in snap.compare_to(self._trace_base, "traceback")[:15]]}
+
+    def section(self, state: EnduranceState) -> dict[str, Any]:
+        """summary.json's ``endurance`` key."""
+        missing = [k for k in self.plan.kinds if not self.exercised.get(k)]
+        return {"plan": self.plan.to_dict(), "segments": state.segments, "gaps": self.gaps,
+                "kinds_exercised": dict(self.exercised), "kinds_missing": missing,
+                "stopped": self.stop_reason, "harness_rss_mb": self.rss,
+                "faults_total": len(self.windows)}
+
+    def fault_windows(self) -> list[dict[str, Any]]:
+        return [asdict(w) for w in self.windows]
+
+
+def settled_so_far(r: Result) -> Result:
+    """A checker's result mid-run, without what only the end can settle: a
+    request still in flight is not lost yet, and a fault still injected has
+    not failed to recover yet. The final check judges both for real."""
+    if r.name == "no_silent_loss" and r.valid is False:
+        d = r.details
+        if not any(d.get(k) for k in ("completion_without_invoke", "invoke_while_open")):
+            return Result(r.name, True, {**d, "in_flight": d.get("never_completed", 0),
+                                         "never_completed": 0})
+    if r.name == "recovery" and r.valid is False:
+        windows = r.details.get("windows", {})
+        if all(w.get("recovered") is not False or w.get("why") == "never healed"
+               for w in windows.values()):
+            return Result(r.name, True, {**r.details, "note": "a fault is still injected"})
+    return r
+
+
+def fmt_s(s: float) -> str:
+    s = int(max(0, s))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def record_segment(state: EnduranceState, run_dir: Path, position_s: float,
+                   first_index: int, started_time_ns: int | None = None) -> None:
+    """``started_time_ns``: the history's clock (``History.now_ns``) at the
+    segment's start, what a resume measures the position with."""
+    state.segments.append({"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                           "started_epoch": time.time(), "started_time_ns": started_time_ns,
+                           "position_s": round(position_s, 3),
+                           "first_index": first_index, "pid": os.getpid()})
+    save_state(run_dir, state)
+
+
+def segment_position_s(seg: dict[str, Any], last_time_ns: int | None,
+                       last_wall: str | None) -> float:
+    """Where in the schedule a segment had got to when its last op was
+    written: its start position plus the time since it started, on the
+    history's monotonic clock when the segment recorded it (a wall clock
+    stepped back mid-run would put the run back in its schedule), else on
+    the wall clock (segments written before ``started_time_ns`` existed)."""
+    start_ns = seg.get("started_time_ns")
+    if isinstance(start_ns, int) and last_time_ns is not None:
+        return seg["position_s"] + max(0.0, (last_time_ns - start_ns) / 1e9)
+    if last_wall:
+        return seg["position_s"] + max(0.0, epoch_of(last_wall) - seg["started_epoch"])
+    return float(seg["position_s"])
+
+
+# ------------------------------------------------------------------ the run
+
+def resume_history(run_dir: Any, say: Callable[[str], None]) -> tuple[History, float, int]:
+    """Open a dead run's history to continue it: verify and seal what the
+    dead harness wrote, close the requests it left in flight as ``info``
+    (they may have run), record the gap, and work out where in the schedule
+    the run had got to (its last op's wall time, against the start of the
+    segment that wrote it). Returns the history, that position in seconds,
+    and the index of the first op of the new segment."""
+    state = load_state(run_dir.path)
+    history = History.resume(run_dir.history_path,
+                             on_error=lambda m: say(f"resume: history damage: {m}"))
+    found = history.resumed
+    position = 0.0
+    if state.segments and (found.last_wall or found.last_time_ns is not None):
+        position = segment_position_s(state.segments[-1], found.last_time_ns, found.last_wall)
+    position = min(position, state.plan.run_s)
+    gap = history.record_gap(reason=f"harness died; resumed by pid {os.getpid()}")
+    say(f"resume: {found.ops} op(s) read back ({found.rejected_chunks} chunk(s) rejected, "
+        f"{found.sealed_tail_ops} unsealed op(s) sealed, {found.dropped_lines} torn line(s) "
+        f"dropped); {gap.value['open_invokes']} request(s) in flight closed as info; down "
+        f"{gap.value['down_s']}s; continuing at {fmt_s(position)} of {fmt_s(state.plan.run_s)}")
+    return history, position, gap.index
+
+def run_endurance(run: Any, state: EnduranceState, say: Callable[[str], None],
+                  position_s: float = 0.0, first_index: int = 0,
+                  checkers: Callable[[], list[Any]] | None = None) -> Judge:
+    """Run (or continue, from ``position_s``) the plan on ``run`` (an
+    OrdealRun), judged live, then judge the whole history once more.
+    ``checkers`` makes a fresh checker list (the default: every checker of the
+    run's engine, with planted corruption judged as detection)."""
+    from invariants import with_planted
+
+    from load.workload import WorkloadSpec
+
+    engine = getattr(run, "engine", None)  # the cluster's engine: its own checkers
+    make = checkers or (lambda: with_planted(engine.checkers() if engine is not None
+                                             else [c() for c in DEFAULT_CHECKERS]))
+    plan = state.plan
+    steps = remaining_steps(state.steps, position_s)
+    segment = len(state.segments)
+    record_segment(state, run.run_dir.path, position_s, first_index, run.history.now_ns())
+    run.schedule = [s.to_dict() for s in state.steps]
+    injects = [s for s in steps if s.action == "inject"]
+    say(f"endurance: {'resuming at ' + fmt_s(position_s) + ' of' if position_s else 'running'} "
+        f"{fmt_s(plan.run_s)} (nominal {fmt_s(plan.duration_s)}, time scale "
+        f"{plan.time_scale:g}), {len(injects)} fault(s) to go over "
+        f"{len({s.kind for s in injects})} kind(s); run dir {run.run_dir.path}")
+    for s in injects[:40]:
+        say(f"  {fmt_s(s.at_s + position_s)}  {s.kind} on {s.target} {s.params or ''}")
+    if len(injects) > 40:
+        say(f"  ... and {len(injects) - 40} more (endurance.json has them all)")
+    ctx = RunContext(run_id=run.run_id, extra=dict(run.context_extra))
+    judge = Judge(run.run_dir.history_path, run.run_dir.path, plan, ctx, say,
+                  live_from_index=first_index, position_s=position_s, checkers=make())
+    judge.start()
+    remaining = max(1.0, plan.run_s - position_s)
+    spec = WorkloadSpec(duration_s=remaining, rate=plan.rate, seed=plan.seed + segment)
+    gone: RouterGone | None = None
+    try:
+        run.load(spec, schedule=steps, schedule_seed=plan.seed,
+                 after_heal_s=min(30.0, max(5.0, plan.tail_s / plan.time_scale)),
+                 max_s=remaining + 900.0, stop=judge.should_stop,
+                 load_progress_every_s=max(60.0, plan.progress_every_s * 10))
+    except RouterGone as e:
+        gone = e  # stopped and healed; judge what was written, then raise it
+    finally:
+        judge.close()
+        say(judge.progress_line())
+    if gone is not None and judge.stop_reason is None:
+        judge.stop_reason = str(gone)
+    if judge.stop_reason and judge.stop_reason not in run.errors:
+        run.errors.append(judge.stop_reason)
+    run.summary_extra.update({"endurance": judge.section(state),
+                              "faults": judge.fault_windows()})
+    run.check(checkers=make())
+    if gone is not None:
+        raise gone
+    return judge

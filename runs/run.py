@@ -1,0 +1,298 @@
+"""One run, wired together: a history, a workload, faults, checkers and the
+run directory. Suites use this through the ``ordeal_run`` fixture; it is the
+one place that knows the order of things:
+
+    load + nemesis  ->  history.jsonl  ->  checkers  ->  summary.json
+
+``finish()`` always writes summary.json, also when the run broke halfway
+(the error goes into the summary), so a failed run still leaves evidence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import time
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from faults.base import Fault
+from faults.factory import build_faults
+from faults.ledger import Ledger
+from faults.nemesis import FaultWindow, inject_then_heal, run_schedule
+from faults.schedule import Step
+from invariants import Result, RunContext
+from invariants.base import check_all
+from ordeal.history import MONITOR, NEMESIS, History, Op, read_history, utc_iso
+from reports.html import render_report
+from reports.run_dir import RunDir
+from reports.summary import build_summary
+
+from engines.base import ClientCounts
+
+from engines.registry import engine_for
+from load.health_probe import HealthProbe
+from load.monitor import Monitor
+from load.router_watch import DEFAULT_GRACE_S, RouterGone, RouterWatch
+from load.workload import WorkloadRunner, WorkloadSpec
+
+
+@dataclasses.dataclass
+class PlannedFault:
+    fault: Fault
+    after_s: float  # from the start of the load
+    hold_s: float = 0.0  # how long it stays injected before the heal begins
+
+
+class OrdealRun:
+    def __init__(self, run_dir: RunDir, suite: str, cluster: Any,
+                 progress: Callable[[str], None] = print, history: History | None = None):
+        """``history``: an already open history (a resumed run's, see
+        ``History.resume``); by default a new one in the run directory."""
+        self.run_dir = run_dir
+        self.suite = suite
+        self.cluster = cluster
+        self.progress = progress
+        self.history = history if history is not None else History(run_dir.history_path)
+        self.started = utc_iso()
+        self.windows: list[FaultWindow] = []
+        self.results: list[Result] = []
+        self.workload: WorkloadSpec | None = None
+        self.errors: list[str] = []
+        self.summary: dict[str, Any] | None = None
+        self.context_extra: dict[str, Any] = {}  # set by the plugin: SLO targets
+        self.drain_s = 3.0  # wait after the load before the drained sample
+        self.schedule: list[dict[str, Any]] = []
+        self.summary_extra: dict[str, Any] = {}  # keys a suite adds to summary.json
+        # Why the run stopped before its end (the router died for good), or
+        # None; summary.json's "stopped", and one of its errors.
+        self.stop_reason: str | None = None
+        self._t0 = time.monotonic()  # durations come from the monotonic clock only
+        # The engine's adapter (engines/base.py): its client, its checkers,
+        # its own consistency check. A cluster names its engine.
+        self.engine = (getattr(cluster, "engine_adapter", None)
+                       or engine_for(getattr(cluster, "engine", None) or "vllm"))
+
+    @property
+    def run_id(self) -> str:
+        return self.run_dir.run_id
+
+    def load(self, spec: WorkloadSpec, faults: Sequence[PlannedFault] = (),
+             after_heal_s: float = 15.0, max_s: float = 900.0,
+             schedule: Sequence[Step] = (), schedule_seed: int = 0,
+             monitor_interval_s: float = 2.0, stop: Callable[[], bool] | None = None,
+             load_progress_every_s: float = 5.0,
+             router_grace_s: float | None = DEFAULT_GRACE_S) -> None:
+        """Drive ``spec`` against the cluster's entrypoint while ``faults``
+        (each at its time) and ``schedule`` (a faults.schedule plan, targets
+        chosen with ``schedule_seed``) run. The load goes on for at least
+        ``spec.duration_s`` and until ``after_heal_s`` after the last heal,
+        so the recovery is in the history; never past ``max_s``. When
+        ``stop()`` says True (a stop condition), the load ends and the
+        nemesis is cancelled, which heals whatever is injected.
+
+        If the cluster's router is down (process exited or port refusing)
+        for ``router_grace_s`` in a row outside a fault of this run that
+        targets it, the load stops the same way, the stop is recorded (a
+        ``monitor``/``router_gone`` op, ``stop_reason``) and ``RouterGone``
+        is raised once everything is healed. ``None`` turns the watch off."""
+        self.workload = spec
+        self.router_grace_s = router_grace_s
+        if not self.schedule:  # a resumed run keeps the whole run's schedule
+            self.schedule = [s.to_dict() for s in schedule]
+        self.monitor_interval_s = monitor_interval_s
+        self.load_progress_every_s = load_progress_every_s
+        asyncio.run(self._load(spec, faults, after_heal_s, max_s, schedule, schedule_seed,
+                               stop))
+
+    async def _load(self, spec: WorkloadSpec, faults: Sequence[PlannedFault],
+                    after_heal_s: float, max_s: float, schedule: Sequence[Step] = (),
+                    schedule_seed: int = 0, stop: Callable[[], bool] | None = None) -> None:
+        entry = self.cluster.entrypoint.url
+        try:  # the engine's counters now, for engine_consistency after the load
+            self.engine_mark = self.engine.mark(self.cluster)
+        except Exception as e:  # noqa: BLE001 - reported by the check, never fatal
+            self.engine_mark = {"error": f"{type(e).__name__}: {e}"}
+        runner = WorkloadRunner(spec, entry, self.history, progress=self.progress,
+                                progress_every_s=getattr(self, "load_progress_every_s", 5.0),
+                                client=lambda: self.engine.client(spec, entry, self.cluster))
+        made: list[Fault] = [p.fault for p in faults]  # every fault of this load
+        nemesis = [asyncio.create_task(inject_then_heal(p.fault, self.history, p.after_s,
+                                                        p.hold_s, self.progress))
+                   for p in faults]
+        if schedule:
+            rng = random.Random(schedule_seed)
+            ledger = Ledger()
+
+            def make(step: Step) -> list[Fault]:
+                built = build_faults(step.kind, step.target, self.cluster, self.run_id, ledger,
+                                     rng, step.params)
+                made.extend(built)
+                return built
+
+            nemesis.append(asyncio.create_task(
+                run_schedule(schedule, make, self.history, self.progress)))
+
+        healed_at: list[float] = []
+        monitor = Monitor(self.cluster.replicas(), self.history,
+                          interval_s=getattr(self, "monitor_interval_s", 2.0),
+                          common_metrics=self.engine.collect_metrics)
+        sampling = asyncio.create_task(monitor.run())
+        # Router, every replica, the model, the GPU: once a second, on a
+        # thread of its own, into health.jsonl (see load/health_probe.py).
+        probe = HealthProbe(self.cluster, self.run_dir.path / "health.jsonl",
+                            model=self.engine.served_model_name, gpu=monitor.gpu).start()
+
+        async def watch_stop() -> None:
+            while not stop():
+                await asyncio.sleep(0.5)
+            runner.stop()  # no new request; those in flight complete
+            for t in nemesis:
+                t.cancel()  # run_schedule and inject_then_heal heal in their finally
+
+        watcher = asyncio.create_task(watch_stop()) if stop is not None else None
+        gone: list[str] = []
+        router = getattr(self.cluster, "router", None)
+        grace = getattr(self, "router_grace_s", DEFAULT_GRACE_S)
+
+        async def watch_router() -> None:
+            watch = RouterWatch(router, grace_s=grace, say=self.progress,
+                                expected_down=lambda: any(  # a fault of ours on it
+                                    f.active and router.name in f.target.split(",")
+                                    for f in made))
+            message = await watch.wait_gone()
+            gone.append(message)
+            self.stop_reason = message
+            self.progress(f"run: stopping: {message}")
+            try:
+                self.history.append("info", MONITOR, "router_gone", {
+                    "node": router.name, "url": router.endpoint.url, "pid": watch.pid,
+                    "exit_code": watch.exit_code, "grace_s": grace, "seen": watch.last_seen,
+                    "log_tail": router.log_tail(12)}, message.split("\n", 1)[0])
+            except OSError:
+                pass  # a full disk is its own stop (HistoryWriteError), raised by the load
+            runner.stop()  # no new request; those in flight complete (or fail fast)
+            for t in nemesis:
+                t.cancel()  # run_schedule and inject_then_heal heal in their finally
+
+        router_watch = (asyncio.create_task(watch_router())
+                        if router is not None and grace else None)
+
+        def settled() -> bool:
+            if not all(t.done() for t in nemesis):
+                return False
+            if not healed_at:
+                healed_at.append(time.monotonic())
+            return not nemesis or time.monotonic() - healed_at[0] >= after_heal_s
+
+        try:
+            try:
+                await runner.run(until=settled, max_s=max(max_s, spec.duration_s))
+            except BaseException:
+                for t in nemesis:
+                    t.cancel()  # the load is over: heal now (they heal in their finally)
+                raise
+            if gone or (watcher is not None and watcher.done()):
+                pass  # stopped on purpose; the nemesis was cancelled and heals
+            elif not all(t.done() for t in nemesis):
+                self.errors.append(f"load stopped at its {max_s:.0f}s cap before every fault "
+                                   "had healed; the heal is not covered by traffic")
+        finally:
+            for outcome in await asyncio.gather(*nemesis, return_exceptions=True):
+                got = outcome if isinstance(outcome, list) else [outcome]
+                for window in got:
+                    if isinstance(window, FaultWindow):
+                        self.windows.append(window)
+                        if window.error:
+                            self.errors.append(f"{window.kind} on {window.target}: "
+                                               f"{window.error}")
+                    elif isinstance(window, asyncio.CancelledError):
+                        self.errors.append("nemesis cancelled by a stop condition"
+                                           f"{' (the router is gone)' if gone else ''}; "
+                                           "what it had injected was healed")
+                    else:
+                        self.errors.append(f"nemesis task failed: {window!r}")
+            sampling.cancel()
+            probe.stop()
+            self.summary_extra["health_probe"] = probe.summary()
+            others = [t for t in (watcher, router_watch) if t is not None]
+            for t in others:
+                t.cancel()
+            await asyncio.gather(sampling, *others, return_exceptions=True)
+            # The drained state: what the leak checker compares to baseline.
+            await asyncio.sleep(self.drain_s)
+            if runner.history_failure is None:
+                await monitor.sample_all("drain")
+        if gone:
+            raise RouterGone(gone[0])
+
+    def check(self, checkers: Sequence[Any] | None = None,
+              extra: dict[str, Any] | None = None) -> list[Result]:
+        """Run checkers over history.jsonl as written: each one streams the
+        file, so memory stays flat however long the run was. ``extra`` goes to
+        the checkers' RunContext (SLO targets, determinism tolerance)."""
+        self.history.flush()
+        ctx = RunContext(run_id=self.run_id, extra={**self.context_extra, **(extra or {})})
+        chosen = checkers if checkers is not None else self.engine.checkers()
+        damaged: list[str] = []
+        counts = ClientCounts()
+
+        def counted(ops: Iterable[Op]) -> Iterator[Op]:
+            for op in ops:  # the client's side, for the engine's own check below
+                if op.type in ("ok", "fail", "info") and op.process not in (NEMESIS, MONITOR):
+                    counts.add(op, op.f)
+                yield op
+
+        ops = read_history(self.run_dir.history_path, on_error=damaged.append)
+        self.results = check_all(chosen, counted(ops), ctx)  # one pass for every checker
+        self.errors.extend(damaged)
+        if checkers is None and self.cluster is not None and hasattr(self.cluster, "replicas"):
+            judged = self._engine_consistency(counts)
+            # Judged: an invariant like the others. Not judgeable here (every
+            # replica restarted, statistics unreadable): reported in the
+            # summary with why, and left out of the verdict.
+            if judged.valid == "unknown":
+                self.summary_extra["engine_consistency"] = judged.to_dict()
+            else:
+                self.results.append(judged)
+        return self.results
+
+    def _engine_consistency(self, counts: ClientCounts) -> Result:
+        """The engine's own records against the client's (its statistics or
+        counters, read now from the live nodes); never raises."""
+        mark = getattr(self, "engine_mark", None)
+        if mark is None or "error" in mark:
+            return Result("engine_consistency", "unknown", {
+                "why": (mark or {}).get("error", "no load was run, nothing to compare")})
+        try:
+            return self.engine.validate_consistency(self.cluster, counts, mark)
+        except Exception as e:  # noqa: BLE001 - a broken check is "unknown", not a crash
+            return Result("engine_consistency", "unknown",
+                          {"error": f"{type(e).__name__}: {e}"})
+
+    def finish(self, error: str | None = None) -> dict[str, Any]:
+        """Write summary.json. Safe to call again (the fixture calls it after
+        the suite did): a later call only adds ``error`` and rewrites."""
+        first = self.summary is None
+        if self.stop_reason and self.stop_reason not in self.errors:
+            self.errors.append(self.stop_reason)
+        if error:
+            self.errors.append(error)
+        self.history.close()
+        self.summary = build_summary(
+            run_id=self.run_id, suite=self.suite, started=self.started, ended=utc_iso(),
+            cluster=self.cluster.describe() if self.cluster else {},
+            counts=self.history.counts, nemesis_counts=self.history.nemesis_counts,
+            faults=[w.to_dict() for w in self.windows],
+            invariants=[r.to_dict() for r in self.results],
+            workload=dataclasses.asdict(self.workload) if self.workload else {},
+            errors=self.errors, schedule=self.schedule,
+            duration_s=time.monotonic() - self._t0)
+        self.summary["stopped"] = self.stop_reason
+        self.summary.update(self.summary_extra)
+        self.run_dir.write_summary(self.summary)
+        render_report(self.run_dir.path)  # never raises: damage is noted in the page
+        if first or error:
+            self.progress(f"run {self.run_id}: verdict {self.summary['verdict']}, "
+                          f"ops {self.summary['ops']}; see {self.run_dir.path}")
+        return self.summary

@@ -1,0 +1,167 @@
+"""One fault, once, under load: what every suite in ``suites/faults/`` does.
+
+``run_single_fault`` schedules one inject and its heal inside a short load,
+checks the history with every default checker, writes the summary, and
+returns the run split by phase (steady, during the fault, after the heal):
+how many requests ended how, which nodes served them, their latencies, and
+what the monitor saw of each node. A suite then asserts the fault's effect
+in the ``fault`` phase and the cluster's recovery in ``after_heal``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from faults.catalogue import BACKEND_KINDS
+from faults.schedule import Step
+from invariants.histogram import LatencyHistogram
+from invariants.requests import STEADY, Request, RequestPairer, Timeline
+from ordeal.history import MONITOR, NEMESIS, read_history
+
+from runs.run import OrdealRun
+from load.workload import WorkloadSpec
+
+#: ``hold`` is the part of ``fault`` before the heal began: requests that
+#: started and ended while the fault alone acted. A heal that restarts
+#: something (a Ray node's engines) is an outage of its own, inside
+#: ``fault`` but not inside ``hold``.
+PHASES = (STEADY, "fault", "after_heal", "hold")
+
+
+@dataclass
+class PhaseStats:
+    requests: int = 0
+    types: Counter = field(default_factory=Counter)  # ok / fail / info
+    nodes: Counter = field(default_factory=Counter)  # which replica served (ok only)
+    statuses: Counter = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)  # a few, for assertion messages
+    latency: dict[str, LatencyHistogram] = field(
+        default_factory=lambda: {m: LatencyHistogram() for m in ("ttft_ms", "e2e_ms", "tpot_ms")})
+    values: list[dict[str, Any]] = field(default_factory=list)  # ok values (bounded)
+    health: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    # per node: the server's clock minus ours (s), from the "created" field
+    clock_skew: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+
+    def median_skew(self, node: str) -> float | None:
+        xs = sorted(self.clock_skew.get(node, []))
+        return xs[len(xs) // 2] if xs else None
+
+    def p(self, metric: str, q: float = 50.0) -> float | None:
+        return self.latency[metric].quantile(q / 100)
+
+    @property
+    def ok_share(self) -> float:
+        return self.types["ok"] / self.requests if self.requests else 0.0
+
+    def brief(self) -> dict[str, Any]:
+        return {"requests": self.requests, "types": dict(self.types), "nodes": dict(self.nodes),
+                "statuses": dict(self.statuses), "ttft_p50": self.p("ttft_ms"),
+                "clock_skew_median": {n: self.median_skew(n) for n in self.clock_skew},
+                "e2e_p50": self.p("e2e_ms"), "health": {k: dict(v) for k, v in
+                                                        self.health.items()},
+                "errors": self.errors[:3]}
+
+
+@dataclass
+class FaultRun:
+    summary: dict[str, Any]
+    phases: dict[str, PhaseStats]
+    window: dict[str, Any]  # the fault window from the summary (inject/heal results)
+
+    def brief(self) -> dict[str, Any]:
+        return {k: v.brief() for k, v in self.phases.items()}
+
+
+#: Fault kinds that act on HTTP/1.1 exchanges inside the fault proxy (L7):
+#: requests another protocol carries through the same link (Triton's gRPC,
+#: HTTP/2) pass them untouched, so their suites judge the requests the
+#: engine sends over HTTP/1.1 (``Engine.l7_visible``).
+L7_KINDS = frozenset({"http_fault"})
+
+
+def split_by_phase(history_path: Any, after_heal_s: float,
+                   keep_f: Any = None) -> dict[str, PhaseStats]:
+    """Requests and monitor samples of a history, by the phase they fell in;
+    ``keep_f(f)`` False leaves a request out (None keeps all)."""
+    timeline = Timeline(after_heal_s)
+    pairer = RequestPairer(timeline)
+    phases = {p: PhaseStats() for p in PHASES}
+    healing = False
+    for op in read_history(history_path):
+        if op.process == NEMESIS and op.f == "heal":
+            healing = op.value.get("phase") == "begin"
+        if op.process == MONITOR and op.f == "sample":
+            phase = timeline.phase_at(op.time_ns)[0]
+            node = op.value.get("node", "?")
+            phases[phase].health[node][str(op.value.get("health"))] += 1
+            continue
+        req = pairer.feed(op)
+        if req is None or (keep_f is not None and not keep_f(req.invoke.f)):
+            continue
+        for s in [phases[req.phase]] + ([phases["hold"]] if req.phase == "fault"
+                                         and not healing else []):
+            _count(s, req)
+    return phases
+
+
+def _count(s: PhaseStats, req: Request) -> None:
+    """One completed request into one phase's statistics."""
+    s.requests += 1
+    s.types[req.done.type] += 1
+    v = req.done.value
+    if v.get("status") is not None:
+        s.statuses[str(v["status"])] += 1
+    if req.done.type == "ok":
+        s.nodes[str(v.get("node"))] += 1
+        for m, h in s.latency.items():
+            if isinstance(v.get(m), (int, float)):
+                h.add(float(v[m]))
+        if len(s.values) < 2000:
+            s.values.append(v)
+        if isinstance(v.get("created"), int) and len(s.clock_skew[str(v.get("node"))]) < 1000:
+            # "created" is stamped when the server took the request.
+            ours = datetime.fromisoformat(req.invoke.wall.replace("Z", "+00:00")).timestamp()
+            s.clock_skew[str(v.get("node"))].append(round(v["created"] - ours, 1))
+    elif len(s.errors) < 20:
+        s.errors.append(str(req.done.error))
+
+
+def run_single_fault(run: OrdealRun, kind: str, target: str, params: dict[str, Any] | None = None,
+                     *, inject_at_s: float = 6.0, hold_s: float = 10.0, load_s: float = 24.0,
+                     rate: float = 6.0, after_heal_s: float = 10.0, seed: int = 0,
+                     max_s: float = 420.0) -> FaultRun:
+    """Load for ``load_s`` (longer if the heal takes time) at ``rate`` req/s,
+    with ``kind`` on ``target`` from ``inject_at_s`` for ``hold_s``. A kind
+    the cluster's engine cannot take here is skipped with the engine's
+    reason (engines/base.py ``unsupported``), before anything runs."""
+    why = run.engine.unsupported(kind)
+    if why:
+        pytest.skip(f"{kind} on --engine {run.engine.name}: {why}")
+    if kind in BACKEND_KINDS and not getattr(run.cluster, "ray_nodes", None):
+        pytest.skip(f"{kind} acts on the simulated nodes of --cluster ray; this run's cluster "
+                    f"is --cluster {getattr(run.cluster, 'backend', '?')}")
+    steps = [Step(inject_at_s, "inject", kind, target, 0, dict(params or {})),
+             Step(inject_at_s + hold_s, "heal", kind, target, 0, dict(params or {}))]
+    spec = WorkloadSpec(duration_s=load_s, rate=rate, seed=seed, timeout_s=20.0)
+    run.load(spec, schedule=steps, schedule_seed=seed, after_heal_s=after_heal_s, max_s=max_s)
+    run.check()
+    summary = run.finish()
+    phases = split_by_phase(run.run_dir.history_path, after_heal_s,
+                            run.engine.l7_visible if kind in L7_KINDS else None)
+    window = summary["faults"][0] if summary["faults"] else {}
+    return FaultRun(summary, phases, window)
+
+
+def ray_node_with_replicas(run: OrdealRun) -> str:
+    """The name of a simulated Ray node that runs a replica now (asked of
+    the actors: earlier node faults move replicas between nodes)."""
+    nodes = getattr(run.cluster, "ray_nodes", None) or []
+    for node in nodes:
+        if node.engines_refreshed():
+            return node.name
+    return nodes[0].name if nodes else "ray-node-0"
