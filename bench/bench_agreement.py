@@ -54,7 +54,8 @@ def ordeal_run(url: str, rate: float, duration: float, seed: int, tmp: Path) -> 
     from load.workload import WorkloadRunner
     from invariants.base import RunContext, check_all
     from invariants.slo import LatencySLO
-    from ordeal.history import History, read_history
+    from ordeal.history.reader import read_history
+    from ordeal.history.writer import History
 
     path = tmp / f"history-{uuid.uuid4().hex[:6]}.jsonl"
     hist = History(path)

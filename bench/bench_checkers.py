@@ -71,7 +71,7 @@ def check_file(path: str) -> None:
     """Runs in a fresh process so peak RSS is this size's alone."""
     from invariants import DEFAULT_CHECKERS, RunContext
     from invariants.base import check_all
-    from ordeal.history import read_history
+    from ordeal.history.reader import read_history
 
     t0 = time.perf_counter()
     n = 0

@@ -72,7 +72,8 @@ def stamps(text: str) -> list[int]:
 
 def run_ordeal(args: argparse.Namespace) -> dict[str, Any]:
     from load.workload import WorkloadRunner, WorkloadSpec, plan_requests
-    from ordeal.history import History, read_history
+    from ordeal.history.reader import read_history
+    from ordeal.history.writer import History
 
     closed = args.concurrency is not None
     spec = WorkloadSpec(

@@ -23,11 +23,11 @@ BACKEND_ERRORS = (DockerUnavailable, DockerError, ImageError, RayError, HaproxyM
                   TritonMissing)
 
 
-def make_cluster(spec: ClusterSpec, run_id: str, log_dir: Path,
+def make_cluster(spec: ClusterSpec, cluster_id: str, log_dir: Path,
                  progress: Callable[[str], None] = print
                  ) -> LocalCluster | DockerCluster | RayCluster:
     if spec.backend == "ray":
-        return RayCluster(spec, run_id, log_dir, progress=progress)
+        return RayCluster(spec, cluster_id, log_dir, progress=progress)
     if spec.backend == "docker":
-        return DockerCluster(spec, run_id, log_dir, progress=progress)
-    return LocalCluster(spec, run_id, log_dir, progress=progress)
+        return DockerCluster(spec, cluster_id, log_dir, progress=progress)
+    return LocalCluster(spec, cluster_id, log_dir, progress=progress)

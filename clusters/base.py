@@ -31,7 +31,7 @@ class ClusterBase:
     spec: Any
     progress: Any
     log_dir: Path
-    run_id: str
+    cluster_id: str
     proxy: ManagedProcess | None
 
     @property
@@ -91,7 +91,7 @@ class ClusterBase:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT),
                                                           env.get("PYTHONPATH")]))
         self.proxy = ManagedProcess("fault-proxy", argv, env, self.log_dir / "fault-proxy.log",
-                                    self.run_id)
+                                    self.cluster_id)
         self.proxy.start()
         wait_http_ok(name="fault-proxy", url=f"{control.url}/health", timeout=30,
                      is_running=self.proxy.is_running, exit_code=self.proxy.exit_code,
@@ -127,7 +127,7 @@ class ClusterBase:
 class HostFrontCluster(ClusterBase):
     """A cluster whose fault proxy and router run as processes on this
     machine, in front of replicas wherever they run (local processes, Ray
-    actors' engines). Needs ``spec``, ``progress``, ``log_dir``, ``run_id``,
+    actors' engines). Needs ``spec``, ``progress``, ``log_dir``, ``cluster_id``,
     ``proxy`` and ``engine_adapter`` (engines/base.py)."""
 
     engine_adapter: Any

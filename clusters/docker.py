@@ -1,6 +1,6 @@
 """``--cluster docker``: the same topology as the local backend (a router in
 front of N vLLM replicas, the fault proxy on every link), each node a
-container on a private Docker network of the run.
+container on a private Docker network of the cluster.
 
 How traffic flows (every address is the run's own network or loopback):
 
@@ -16,7 +16,7 @@ host pids. So containers run with every capability dropped and
 ``no-new-privileges``: nothing in them can change the network or the host.
 
 Everything created carries the labels of ``faults.containers``; teardown
-removes the run's containers and network, and a crashed run's are removed
+removes the cluster's containers and network, and a crashed harness's are removed
 by label (``python -m faults heal-all``, and at every suite start).
 """
 
@@ -31,10 +31,11 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from faults.containers import (NODE_LABEL, OWNER_LABEL, RUN_LABEL, DockerUnavailable,
-                               container_members, docker_client, owner_label)
-from faults.safety import ALLOWED_NETWORKS
+from faults.containers import (CLUSTER_LABEL, NODE_LABEL, OWNER_LABEL, DockerUnavailable,
+                               container_members, docker_client)
 from ordeal.config import ClusterSpec
+from ordeal.ownership import (CLUSTER_ENV, NODE_ENV, OWNER_PID_ENV, SESSION_NETWORKS,
+                              Allowance, Owner)
 from ordeal.topology import Endpoint, Link, NodeNotReady, Role
 
 from clusters.base import ClusterBase
@@ -177,11 +178,11 @@ class DockerCluster(ClusterBase):
     backend = "docker"
     engine = "vllm"
 
-    def __init__(self, spec: ClusterSpec, run_id: str, log_dir: Path,
+    def __init__(self, spec: ClusterSpec, cluster_id: str, log_dir: Path,
                  progress: Progress = print, model: TinyModel | None = None,
                  client: Any | None = None):
         self.spec = spec
-        self.run_id = run_id
+        self.cluster_id = cluster_id
         self.log_dir = Path(log_dir)
         self.progress = progress
         self.model = model
@@ -194,7 +195,7 @@ class DockerCluster(ClusterBase):
         self.subnet: ipaddress.IPv4Network | None = None
         self.gateway: str | None = None
         self.image: str | None = None
-        self._allowed: Any = None
+        self._allowed: Allowance | None = None
 
     def _describe_extra(self) -> dict[str, Any]:
         return {"image": self.image,
@@ -206,7 +207,7 @@ class DockerCluster(ClusterBase):
 
     # -- lifecycle --------------------------------------------------------
     def _labels(self, node: str | None = None) -> dict[str, str]:
-        labels = {RUN_LABEL: self.run_id, OWNER_LABEL: owner_label()}
+        labels = {CLUSTER_LABEL: self.cluster_id, OWNER_LABEL: Owner.current().label()}
         if node:
             labels[NODE_LABEL] = node
         return labels
@@ -237,7 +238,7 @@ class DockerCluster(ClusterBase):
         )
         networking = api.create_networking_config(
             {self.network.name: api.create_endpoint_config(ipv4_address=ip)})
-        cname = f"ordeal-{self.run_id}-{name}"[:128]
+        cname = f"ordeal-{self.cluster_id}-{name}"[:128]
         try:
             made = api.create_container(
                 self.image, command=argv, name=cname, environment=env,
@@ -265,11 +266,11 @@ class DockerCluster(ClusterBase):
                 if k.startswith(("VLLM_", "HF_", "TRANSFORMERS_", "FAKETIME", "LD_PRELOAD",
                                  "PYTHONPATH", "DO_NOT_TRACK", "OMP_"))}
         return {**keep, "HOME": "/tmp", "PATH": f"{Path(sys.prefix) / 'bin'}:/usr/bin:/bin",
-                "ORDEAL_RUN_ID": self.run_id, "ORDEAL_NODE": name,
+                CLUSTER_ENV: self.cluster_id, NODE_ENV: name,
                 # The request journal (no_duplicate_execution) goes beside
                 # the node's log, on the writable mount of the log directory.
                 "ORDEAL_LOG_DIR": str(self.log_dir.resolve()),
-                "ORDEAL_OWNER_PID": str(os.getpid())}
+                OWNER_PID_ENV: str(os.getpid())}
 
     def start(self) -> "DockerCluster":
         t0 = time.monotonic()
@@ -318,11 +319,11 @@ class DockerCluster(ClusterBase):
         return self
 
     def _create_network(self) -> None:
-        """A bridge network of the run with a /24 of its own, so that every
+        """A bridge network of the cluster with a /24 of its own, so that every
         node gets a fixed address (kept across a kill and restart)."""
         import docker  # type: ignore[import-untyped]
 
-        name = f"ordeal-{self.run_id}-{uuid.uuid4().hex[:6]}"
+        name = f"ordeal-{self.cluster_id}-{uuid.uuid4().hex[:6]}"
         last: Exception | None = None
         for subnet in free_subnets(self.client):
             gateway = str(next(subnet.hosts()))
@@ -337,9 +338,9 @@ class DockerCluster(ClusterBase):
                     continue
                 break
             self.subnet, self.gateway = subnet, gateway
-            # The run's own network: load and faults may go there, nowhere else new.
-            ALLOWED_NETWORKS.append(subnet)
-            self._allowed = subnet
+            # The cluster's own network: load and faults may go there while
+            # it exists, nowhere else new.
+            self._allowed = SESSION_NETWORKS.allow(subnet)
             return
         raise DockerError(f"cannot create the Docker network {name}: {last}; remove unused "
                           "networks (docker network prune) and try again")
@@ -373,7 +374,7 @@ class DockerCluster(ClusterBase):
             raise NodeNotReady("\n\n".join(errors))
 
     def stop(self) -> None:
-        """Remove every container and the network of the run (their logs are
+        """Remove every container and the network of the cluster (their logs are
         saved into the log directory first); collect failures and raise them
         at the end, so one stuck container never leaves the others."""
         problems = []
@@ -393,8 +394,9 @@ class DockerCluster(ClusterBase):
                 self.network.remove()
             except Exception as e:  # noqa: BLE001
                 problems.append(f"network {self.network.name}: {e}")
-        if self._allowed is not None and self._allowed in ALLOWED_NETWORKS:
-            ALLOWED_NETWORKS.remove(self._allowed)
+        if self._allowed is not None:
+            self._allowed.undo()
+            self._allowed = None
         if problems:
             raise RuntimeError("teardown left problems: " + "; ".join(problems))
 

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from faults.containers import IMAGE_LABEL, DockerUnavailable
+from faults.containers import IMAGE_LABEL, DockerUnavailable, docker_client
 
 Progress = Callable[[str], None]
 
@@ -114,7 +114,6 @@ def ensure_base_image(client: Any, progress: Progress = print) -> str:
 
 
 def main() -> int:
-    from faults.containers import docker_client
 
     try:
         print(ensure_base_image(docker_client()))

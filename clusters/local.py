@@ -30,10 +30,10 @@ Progress = Callable[[str], None]
 class LocalCluster(HostFrontCluster):
     backend = "local"
 
-    def __init__(self, spec: ClusterSpec, run_id: str, log_dir: Path,
+    def __init__(self, spec: ClusterSpec, cluster_id: str, log_dir: Path,
                  progress: Progress = print, model: TinyModel | None = None):
         self.spec = spec
-        self.run_id = run_id
+        self.cluster_id = cluster_id
         self.log_dir = Path(log_dir)
         self.progress = progress
         self.model = model

@@ -31,8 +31,9 @@ Shape, and why:
 Node-level faults (``faults/ray_node.py``) act on ``cluster.ray_nodes``
 (``RayNode``): lose a node (SIGKILL its process group and the engines Ray
 placed on it), pause it (SIGSTOP the same). Leftovers of a crashed harness
-are ended by their process records (``reap_leftovers``, at every suite
-start) and ``python -m faults heal-all`` (``faults.ray_node.remove_leftovers``).
+are ended by their process records (``ordeal.ownership.reap_leftovers``, at
+every suite start and by ``python -m faults heal-all``), its temp dir and
+cgroups by ``faults.ray_node.remove_leftovers``.
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from faults.safety import require_ours
+from faults.ray_node import RAY_OWNER_FILE, RAY_TEMP_PREFIX
 from ordeal import cgroup2, procfs
 from ordeal.config import ClusterSpec, state_dir
+from ordeal.ownership import SESSION_NETWORKS, NotOurs, Owner
 from ordeal.topology import Endpoint, Link, NodeNotReady
 
 from clusters.base import HostFrontCluster
@@ -71,10 +73,10 @@ from nodes.waits import http_get
 
 Progress = Callable[[str], None]
 
-#: Marker in every Ray temp dir the suite creates (owner harness pid:start),
-#: so heal-all removes only ours, and only when its harness is gone.
-TEMP_PREFIX = "/tmp/ordeal-ray-"
-OWNER_FILE = "ordeal-owner"
+#: Every Ray temp dir the suite creates is /tmp/<RAY_TEMP_PREFIX><id>, with
+#: a marker (RAY_OWNER_FILE: the owner's label, then the cluster id), so
+#: heal-all removes only ours, and only when its harness is gone.
+TEMP_ROOT = Path("/tmp")
 #: The environment every process of a Ray cluster of ours carries.
 BACKEND_LABEL = "ORDEAL_BACKEND"
 _UP = re.compile(r"^ORDEAL_RAY_NODE_UP address=(\S+) node_id=(\w+) ip=(\S+)$", re.M)
@@ -117,9 +119,9 @@ class ReplicaActor:
     """Runs inside a Ray worker on the node Ray chose. Starts the real vLLM
     API server as a labelled process group (ManagedProcess), whose record
     names the *harness* as owner, so a crashed harness's engines are ended
-    by ``reap_leftovers`` like every other node's. Ray restarts this actor
-    on another node when its node dies; ``__init__`` then starts the engine
-    there."""
+    by ``ordeal.ownership.reap_leftovers`` like every other node's. Ray
+    restarts this actor on another node when its node dies; ``__init__``
+    then starts the engine there."""
 
     def __init__(self, spec: dict[str, Any]):
         self.spec = spec
@@ -151,14 +153,11 @@ class ReplicaActor:
         argv = replica_argv(sys.executable, Path(s["model_dir"]), s["host"], s["port"])
         # A new ManagedProcess per start (see _engine_alive); the log banner
         # counts this actor's starts.
-        self.proc = ManagedProcess(s["name"], argv, env, Path(s["log_path"]), s["run_id"])
+        self.proc = ManagedProcess(s["name"], argv, env, Path(s["log_path"]), s["cluster_id"],
+                                   owner=s["owner"])
         self.proc.starts = self.starts
         self.starts += 1
         self.proc.start()
-        rec = self.proc._record_path()
-        data = json.loads(rec.read_text())
-        data["owner_pid"], data["owner_start_time"] = s["owner_pid"], s["owner_start"]
-        rec.write_text(json.dumps(data))
         return self.info()
 
     def info(self) -> dict[str, Any]:
@@ -207,7 +206,7 @@ class RayNode:
         #: made; ``cgroup_unavailable`` then says why.
         self.cgroup = cgroup
         self.cgroup_unavailable: str | None = None
-        self.process = ManagedProcess(name, argv, env, log_path, cluster.run_id)
+        self.process = ManagedProcess(name, argv, env, log_path, cluster.cluster_id)
         self.node_id: str | None = None
         self.address: str | None = None
         self.ip: str | None = None
@@ -267,7 +266,8 @@ class RayNode:
         before = self.process.log_path.stat().st_size if self.process.log_path.exists() else 0
         if self.process.is_running() and not self.is_running():
             old = self.process  # Popen still says "running" for a dead leader: start afresh
-            self.process = ManagedProcess(old.name, old.argv, old.env, old.log_path, old.run_id)
+            self.process = ManagedProcess(old.name, old.argv, old.env, old.log_path,
+                                          old.cluster_id)
             self.process.starts = old.starts
         self.process.start()
         deadline = time.monotonic() + timeout
@@ -310,8 +310,8 @@ def check_loopback(what: str, addresses: list[str | None]) -> None:
             continue
         host, _, port = addr.rpartition(":") if addr.count(":") == 1 else (addr, "", "0")
         try:
-            require_ours(Endpoint(host, int(port or 0)), what)
-        except Exception as e:  # noqa: BLE001 - FaultError: say it as a Ray error
+            SESSION_NETWORKS.require_ours(Endpoint(host, int(port or 0)), what)
+        except NotOurs as e:
             raise RayError(f"{what}: address {addr} is not allowed: {e}") from None
 
 
@@ -437,10 +437,10 @@ class RayCluster(HostFrontCluster):
     backend = "ray"
     engine = "vllm"
 
-    def __init__(self, spec: ClusterSpec, run_id: str, log_dir: Path,
+    def __init__(self, spec: ClusterSpec, cluster_id: str, log_dir: Path,
                  progress: Progress = print, model: TinyModel | None = None):
         self.spec = spec
-        self.run_id = run_id
+        self.cluster_id = cluster_id
         self.log_dir = Path(log_dir)
         self.progress = progress
         self.model = model
@@ -556,10 +556,10 @@ class RayCluster(HostFrontCluster):
     def _start_ray_nodes(self) -> None:
         """A head (GCS, no replica) and ``spec.ray_nodes`` worker nodes, one
         after the other: each joins the head and is up before the next."""
-        self.temp_dir = Path(f"{TEMP_PREFIX}{uuid.uuid4().hex[:8]}")  # short: socket paths
+        self.temp_dir = TEMP_ROOT / f"{RAY_TEMP_PREFIX}{uuid.uuid4().hex[:8]}"  # short: sockets
         self.temp_dir.mkdir(mode=0o700)
-        (self.temp_dir / OWNER_FILE).write_text(
-            f"{os.getpid()}:{procfs.start_time(os.getpid())}\n{self.run_id}\n")
+        (self.temp_dir / RAY_OWNER_FILE).write_text(
+            f"{Owner.current().label()}\n{self.cluster_id}\n")
         env = self._node_env()
         argv, gcs_port, ports = self._node_argv(True, "h", {"ordeal-head": 1})
         self.address = f"127.0.0.1:{gcs_port}"
@@ -612,17 +612,18 @@ class RayCluster(HostFrontCluster):
         host = self.spec.host
         ports = free_ports(self.spec.replicas, host)
         cores = sorted(os.sched_getaffinity(0))
-        owner_start = procfs.start_time(os.getpid())
+        owner = Owner.current()
         for i in range(self.spec.replicas):
             name = f"replica-{i}"
             clock = (self.log_dir / f"{name}.faketime") if self.spec.clock_faults else None
-            spec = {"name": name, "run_id": self.run_id, "model_dir": str(self.model.path),
+            spec = {"name": name, "cluster_id": self.cluster_id,
+                    "model_dir": str(self.model.path),
                     "host": host, "port": ports[i], "cpu_core": cores[i % len(cores)],
                     "clock_file": str(clock) if clock else None,
                     "log_path": str(self.log_dir / f"{name}.log"),
-                    "owner_pid": os.getpid(), "owner_start": owner_start}
+                    "owner": owner}
             actor = actor_cls.options(
-                name=f"{self.run_id}-{name}", lifetime="detached", max_restarts=-1,
+                name=f"{self.cluster_id}-{name}", lifetime="detached", max_restarts=-1,
                 max_task_retries=0, max_concurrency=4, **need,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(
                     targets[i % len(targets)], soft=True),

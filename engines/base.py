@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from invariants.base import Result
-from ordeal.history import Op
+from ordeal.history.ops import Op
 from ordeal.topology import Endpoint
 
 from nodes.local import LocalNode

@@ -1,7 +1,7 @@
 """Faults: make things go wrong, record it first, always heal."""
 
-from .base import REGISTRY, Fault, FaultError
+from .base import Fault, FaultError
 from .ledger import Ledger, LedgerEntry
 from .process_kill import ProcessKill
 
-__all__ = ["REGISTRY", "Fault", "FaultError", "Ledger", "LedgerEntry", "ProcessKill"]
+__all__ = ["Fault", "FaultError", "Ledger", "LedgerEntry", "ProcessKill"]

@@ -1,11 +1,13 @@
-"""``python -m faults heal-all``: heal what a crashed run left in the ledger.
+"""``python -m faults heal-all``: end what crashed harnesses left behind,
+as every suite start does, one line per thing ended.
 
-Prints one line per entry. Process faults whose cluster is gone need no
-repair (the next suite start ends leftover processes by their recorded ids);
-their entries are closed and reported. Then the Docker containers and
-networks of runs whose harness is gone are removed, by label, and the
-processes and temp dirs of ``--cluster ray`` runs whose harness is gone
-(faults.ray_node.remove_leftovers: by process record and owner marker).
+First the process groups their clusters started (nodes, engines, router,
+fault proxy, Ray nodes), by their process records (ordeal.ownership:
+by group id, only when the owner harness is gone, and gone when it
+returns); then the faults still in the ledger (process faults whose cluster
+is gone need no repair: their entries are closed and reported); then the
+Docker containers and networks, by label; then the Ray temp dirs and
+cgroups (faults.ray_node.remove_leftovers: by owner marker).
 """
 
 from __future__ import annotations
@@ -14,23 +16,25 @@ import argparse
 import os
 import sys
 
+from ordeal.ownership import reap_leftovers
+
+from .base import is_root, user_name
+from .catalogue import BACKEND_KINDS, KINDS, REGISTRY
 from .containers import remove_leftovers
 from .heal_all import heal_all
 from .ledger import Ledger
+from .ray_node import remove_leftovers as remove_ray_leftovers
 
 
 def catalogue_lines() -> list[str]:
     """One block per kind: ``kind  root: yes|no``, then why (and, for a
     kind that needs root, what to use without it)."""
-    from .base import REGISTRY, is_root, user_name
-    from .catalogue import KINDS
     lines = []
     for kind in KINDS:
         cls = REGISTRY[kind]
         lines.append(f"{kind:<20} root: {'yes' if cls.needs_root else 'no '}  {cls.privilege}")
         if cls.without_root:
             lines.append(f"{'':<20}       without root: {cls.without_root}")
-    from .catalogue import BACKEND_KINDS
     for kind in BACKEND_KINDS:  # one backend's own kinds (ray_node_*: --cluster ray)
         cls = REGISTRY[kind]
         lines.append(f"{kind:<20} root: {'yes' if cls.needs_root else 'no '}  {cls.privilege} "
@@ -65,16 +69,16 @@ def main(argv: list[str] | None = None) -> int:
             print(e if isinstance(e, str) else f"{e.id} {e.kind} on {e.target} "
                   f"(run {e.run_id}, since {e.injected})")
         print(f"{len(pending)} fault(s) in {ledger.dir}")
-        from .catalogue import KINDS
         print(f"known kinds: {', '.join(KINDS)}")
         return 0
+    for line in reap_leftovers():  # first: no heal may reach a process still dying
+        print(line)
     lines = heal_all(ledger, force=args.force)
     for line in lines:
         print(line)
     for line in remove_leftovers():
         print(line)
-    from .ray_node import remove_leftovers as remove_ray_leftovers
-    for line in remove_ray_leftovers():  # Ray nodes, engines and temp dirs of dead harnesses
+    for line in remove_ray_leftovers():  # Ray temp dirs and cgroups of dead harnesses
         print(line)
     healed = [x for x in lines if not x.startswith("left ")]
     print(f"healed {len(healed)} ledger entr{'y' if len(healed) == 1 else 'ies'} in {ledger.dir}")

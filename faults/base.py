@@ -1,9 +1,16 @@
 """The Fault protocol: inject, heal, and a context manager that always heals.
 
 As in pytest's monkeypatch, a fault records how to undo itself *before* it
-acts (the ledger entry), and heal undoes it; heal is idempotent and safe to
-call after a crash or twice. ``with fault:`` heals in ``finally`` and never
-swallows the exception that ended the block.
+acts (the ledger entry's ``inverse``), and heal undoes it; heal is idempotent
+and safe to call after a crash or twice. ``with fault:`` heals in ``finally``
+and never swallows the exception that ended the block.
+
+Each kind has ONE inverse, the classmethod ``undo(entry)``: it reads nothing
+but the ledger entry, so the live heal (``Fault.heal``) and the crash heal
+(``python -m faults heal-all``, faults/heal_all.py) run the very same code.
+What only a live run can do after that (restart a killed node and wait until
+it serves: the cluster of a crashed harness is gone with it) is ``_recover``.
+The registry of kinds is faults/catalogue.py.
 
 Faults touch the cluster only through ordeal.topology (Node.signal,
 Node.start, ...), never through a backend.
@@ -17,8 +24,6 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from .ledger import Ledger, LedgerEntry
-
-REGISTRY: dict[str, type["Fault"]] = {}
 
 
 class FaultError(RuntimeError):
@@ -43,6 +48,11 @@ def user_name() -> str:
         return f"uid {os.geteuid()}"
 
 
+def healed(entry: LedgerEntry, verb: str = "healed") -> str:
+    """The start of a heal-all line: ``healed KIND on TARGET from run RUN``."""
+    return f"{verb} {entry.kind} on {entry.target} from run {entry.run_id}"
+
+
 class Fault(ABC):
     kind: ClassVar[str]
     #: Least privilege: whether injecting this kind needs root, and why (or
@@ -53,11 +63,6 @@ class Fault(ABC):
     privilege: ClassVar[str] = ""
     #: What a user who cannot be root can use instead (for the refusal).
     without_root: ClassVar[str] = ""
-
-    def __init_subclass__(cls, **kw: Any) -> None:
-        super().__init_subclass__(**kw)
-        if getattr(cls, "kind", None):
-            REGISTRY[cls.kind] = cls
 
     def __init__(self, target: str, run_id: str, ledger: Ledger):
         self.target = target
@@ -84,24 +89,36 @@ class Fault(ABC):
         """Refuse early, before the ledger or the system is touched: raise
         FaultError if the target is missing, dead or not ours."""
 
-    @classmethod
-    def heal_entry(cls, entry: LedgerEntry) -> str:
-        """Heal from the ledger alone (after a crash there are no live
-        objects): undo ``entry.inverse`` idempotently and say what was done,
-        in one line for ``python -m faults heal-all``."""
-        return f"closed {entry.kind} on {entry.target}: nothing to undo"
-
     @abstractmethod
     def _inverse(self) -> dict[str, Any]:
-        """How to heal, as plain data for the ledger."""
+        """How to heal, as plain data for the ledger: all that ``undo`` will
+        have. ``_act`` may add to it (and re-record the entry) as it learns
+        more, e.g. the pid of a helper it started."""
 
     @abstractmethod
     def _act(self) -> dict[str, Any]:
         """Break the thing. Returns what was done, for the history."""
 
+    @classmethod
     @abstractmethod
-    def _undo(self) -> dict[str, Any]:
-        """Repair the thing. Must be safe when already repaired."""
+    def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
+        """Repair the thing from its ledger entry alone (``entry.inverse``,
+        and ``entry.id`` where the fault named something after it). The one
+        inverse: the live heal and heal-all both run it. Idempotent, and safe
+        when already repaired, half done, or when what it acted on is gone.
+        Returns what was done, for the history."""
+
+    @classmethod
+    def heal_line(cls, entry: LedgerEntry, done: dict[str, Any]) -> str:
+        """What ``undo`` did for heal-all, in one line."""
+        return f"{healed(entry)}: {done or 'nothing to undo'}"
+
+    def _recover(self) -> dict[str, Any]:
+        """After ``undo``, in a live run only: bring back what needs the live
+        cluster (restart a killed node, wait until it serves). A crashed
+        harness's cluster went with it, so heal-all has nothing of this kind
+        to do. Returns what was done, for the history."""
+        return {}
 
     @property
     def active(self) -> bool:
@@ -125,7 +142,7 @@ class Fault(ABC):
     def heal(self) -> dict[str, Any]:
         if self.entry is None:
             return {"kind": self.kind, "target": self.target, "already_healed": True}
-        done = self._undo()
+        done = {**self.undo(self.entry), **self._recover()}
         fault_id = self.entry.id
         self.ledger.remove(fault_id)
         self.entry = None

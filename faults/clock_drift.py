@@ -40,7 +40,7 @@ from typing import Any
 
 from ordeal.topology import Node
 
-from .base import Fault, FaultError
+from .base import Fault, FaultError, healed
 from .cotenant import Helper, end_helper, new_tag, proc_start_time, ready_info, spawn_helper
 from .ledger import Ledger, LedgerEntry
 from .safety import require_running
@@ -227,32 +227,28 @@ class ClockDrift(Fault):
                 "offset_s": self.offset_s, "period_s": self.strobe_period_s,
                 "strober_pid": self.strober.pid, "ready": ready_info(self.strober)}
 
-    def _undo(self) -> dict[str, Any]:
-        assert self.entry is not None
-        return _restore(self.entry.inverse)
+    @classmethod
+    def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
+        """End the strober first (it would rewrite the file), then write the
+        neutral spec. A clock file whose directory is gone went with its
+        cluster: nothing reads it any more."""
+        inverse = entry.inverse
+        ended = end_helper(inverse["strober"]) if inverse.get("strober") else []
+        clock_file = Path(inverse["clock_file"])
+        # A strober killed mid-write leaves its temporary file.
+        for stray in clock_file.parent.glob(f".{clock_file.name}.*.tmp"):
+            stray.unlink(missing_ok=True)
+        if clock_file.exists():
+            write_clock(clock_file, inverse.get("neutral", NEUTRAL))
+            spec = read_clock(clock_file)
+        else:
+            spec = "(file gone with its cluster; nothing to restore)"
+        return {"clock_file": str(clock_file), "spec": spec, "ended_pids": ended}
 
     @classmethod
-    def heal_entry(cls, entry: LedgerEntry) -> str:
-        done = _restore(entry.inverse)
-        return (f"healed {entry.kind} on {entry.target} from run {entry.run_id}: "
-                f"{done['clock_file']} -> {done['spec']!r}"
+    def heal_line(cls, entry: LedgerEntry, done: dict[str, Any]) -> str:
+        return (f"{healed(entry)}: {done['clock_file']} -> {done['spec']!r}"
                 + (f", ended strober pid(s) {done['ended_pids']}" if done["ended_pids"] else ""))
-
-
-def _restore(inverse: dict[str, Any]) -> dict[str, Any]:
-    """End the strober first (it would rewrite the file), then write the
-    neutral spec. A clock file whose directory is gone went with its
-    cluster: nothing reads it any more."""
-    ended = end_helper(inverse["strober"]) if inverse.get("strober") else []
-    clock_file = Path(inverse["clock_file"])
-    for stray in clock_file.parent.glob(f".{clock_file.name}.*.tmp"):  # a strober killed mid-write
-        stray.unlink(missing_ok=True)
-    if clock_file.exists():
-        write_clock(clock_file, inverse.get("neutral", NEUTRAL))
-        spec = read_clock(clock_file)
-    else:
-        spec = "(file gone with its cluster; nothing to restore)"
-    return {"clock_file": str(clock_file), "spec": spec, "ended_pids": ended}
 
 
 def strobe(clock_file: Path, offset_s: float, period_s: float) -> None:

@@ -1,15 +1,19 @@
 """A thin adapter over the Docker engine, for what faults and cleanup need.
 
-Everything the suite creates in Docker carries labels: ``ordeal.run`` (the
-run id), ``ordeal.node`` (a container's node name), ``ordeal.owner`` (the
-harness pid and its start time). So a crashed run's containers and networks
-are found by label and removed (``remove_leftovers``, called by
-``python -m faults heal-all`` and at every suite start), and nothing without
-our label is ever touched.
+Everything the suite creates in Docker carries labels: ``ordeal.cluster``
+(the cluster id), ``ordeal.node`` (a container's node name), ``ordeal.owner``
+(the harness, ``ordeal.ownership.Owner.label()``). So a crashed harness's
+containers and networks are found by label and removed (``remove_leftovers``,
+called by ``python -m faults heal-all`` and at every suite start), and nothing
+without our label is ever touched.
 
 Faults reach a container from the host: its processes by their host pids
 (signals, SIGSTOP/SIGCONT), its network namespace with ``nsenter`` (iptables
 run there from the host, so containers need no added capability).
+
+The docker SDK is imported in ``docker_client`` only, not at the top: it is
+optional (the ``docker`` extra), and without it there is simply no container
+to find or remove.
 """
 
 from __future__ import annotations
@@ -18,11 +22,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ordeal.procfs import start_time
+from ordeal.ownership import Owner
 
 from .base import FaultError
 
-RUN_LABEL = "ordeal.run"
+CLUSTER_LABEL = "ordeal.cluster"
 NODE_LABEL = "ordeal.node"
 OWNER_LABEL = "ordeal.owner"
 IMAGE_LABEL = "ordeal.image"
@@ -48,18 +52,6 @@ def docker_client() -> Any:
             "apt-get install docker.io, then `dockerd &` as root (bash .ci/setup does both), "
             "or set DOCKER_HOST") from None
     return client
-
-
-def owner_label() -> str:
-    """This harness, as ``pid:start_time``: a label that outlives pid reuse."""
-    return f"{os.getpid()}:{start_time(os.getpid())}"
-
-
-def owner_alive(label: str | None) -> bool:
-    if not label or ":" not in label:
-        return False
-    pid, _, start = label.partition(":")
-    return pid.isdigit() and start_time(int(pid)) == start
 
 
 def container_pid(container_id: str, client: Any | None = None) -> int | None:
@@ -91,13 +83,20 @@ def container_members(container_id: str) -> list[int]:
     return sorted(out)
 
 
-def remove_leftovers(client: Any | None = None, current_run: str | None = None) -> list[str]:
-    """Remove containers and networks of runs whose harness is gone.
+def _kept(labels: dict[str, str], current_cluster: str | None) -> bool:
+    """Not a leftover: the current cluster's, or its owner still runs."""
+    owner = Owner.from_label(labels.get(OWNER_LABEL))
+    return labels.get(CLUSTER_LABEL) == current_cluster or (owner is not None and owner.alive())
 
-    Only objects with our run label; a run whose harness still lives
-    (another suite on this machine) is left alone, and so is ``current_run``.
-    Returns one line per action. Without a Docker engine there is nothing
-    to remove and the answer is empty.
+
+def remove_leftovers(client: Any | None = None,
+                     current_cluster: str | None = None) -> list[str]:
+    """Remove containers and networks of clusters whose harness is gone.
+
+    Only objects with our cluster label; a cluster whose harness still lives
+    (another suite on this machine) is left alone, and so is
+    ``current_cluster``. Returns one line per action. Without a Docker engine
+    there is nothing to remove and the answer is empty.
     """
     if client is None:
         try:
@@ -105,16 +104,17 @@ def remove_leftovers(client: Any | None = None, current_run: str | None = None) 
         except DockerUnavailable:
             return []
     lines = []
-    for c in client.containers.list(all=True, filters={"label": RUN_LABEL}):
+    for c in client.containers.list(all=True, filters={"label": CLUSTER_LABEL}):
         labels = c.labels or {}
-        if labels.get(RUN_LABEL) == current_run or owner_alive(labels.get(OWNER_LABEL)):
+        if _kept(labels, current_cluster):
             continue
         c.remove(force=True)
-        lines.append(f"removed leftover container {c.name} of run {labels.get(RUN_LABEL)}")
-    for n in client.networks.list(filters={"label": RUN_LABEL}):
+        lines.append(f"removed leftover container {c.name} of cluster "
+                     f"{labels.get(CLUSTER_LABEL)}")
+    for n in client.networks.list(filters={"label": CLUSTER_LABEL}):
         labels = n.attrs.get("Labels") or {}
-        if labels.get(RUN_LABEL) == current_run or owner_alive(labels.get(OWNER_LABEL)):
+        if _kept(labels, current_cluster):
             continue
         n.remove()
-        lines.append(f"removed leftover network {n.name} of run {labels.get(RUN_LABEL)}")
+        lines.append(f"removed leftover network {n.name} of cluster {labels.get(CLUSTER_LABEL)}")
     return lines

@@ -4,10 +4,11 @@ small process plumbing every helper of a fault needs (the clock strober too).
 
 Why a separate process: a hog must outlive neither its fault nor a crashed
 harness unnoticed. Each helper runs in a session of its own, carries
-ORDEAL_RUN_ID / ORDEAL_NODE / ORDEAL_HELPER (a unique tag) in its
-environment, and is recorded as (pid, start time, tag) in the ledger, so
-``heal_entry`` can end exactly it after a crash, and nothing else: we kill by
-pid after checking the start time or the tag, never by name.
+ORDEAL_RUN_ID (the test run of its fault) / ORDEAL_NODE / ORDEAL_HELPER (a
+unique tag) in its environment (``ordeal.ownership``'s labels), and is
+recorded as (pid, start time, tag) in the ledger, so the heal (``undo``, live
+or after a crash) can end exactly it, and nothing else: we kill by pid after
+checking the start time or the tag, never by name.
 
 Run as ``python -m faults.cotenant MODE ...``:
 
@@ -22,6 +23,10 @@ sched autogroup shares CPU per session: gpu_throttle's CPU analog is a
 cgroup CPU quota instead, faults/cgroup.py.)
 NEVER does any mode change GPU clocks, power limits, persistence or compute
 mode: the throttle comes from load only.
+
+pynvml and torch are imported where they are used, not at the top: they
+are optional (a CPU machine has neither, or no driver for them) and torch
+takes seconds to import, which only a CUDA helper process needs.
 """
 
 from __future__ import annotations
@@ -39,18 +44,17 @@ from pathlib import Path
 from typing import Any
 
 from ordeal.config import state_dir
+from ordeal.ownership import HELPER_ENV, NODE_ENV, OWNER_PID_ENV, RUN_ENV
 from ordeal.procfs import environ as proc_environ
 from ordeal.procfs import start_time as proc_start_time
 from ordeal.procfs import status_kb
 from ordeal.topology import Node
 from ordeal.workers import visible_gpus
 
-from .base import Fault, FaultError
+from .base import Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
 from .safety import require_running
 
-LABEL = "ORDEAL_RUN_ID"  # the same label nodes.process puts on nodes
-HELPER_LABEL = "ORDEAL_HELPER"  # unique per helper: what heal matches on
 READY = "READY"
 
 
@@ -63,7 +67,7 @@ def pids_with_tag(tag: str) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit() and proc_start_time(int(entry)) is not None \
-                and proc_environ(int(entry)).get(HELPER_LABEL) == tag:
+                and proc_environ(int(entry)).get(HELPER_ENV) == tag:
             found.append(int(entry))
     return found
 
@@ -127,8 +131,8 @@ def spawn_helper(argv: Sequence[str], run_id: str, node_name: str, tag: str,
     under the state dir, so a helper that failed says why."""
     log = helper_log_path(tag)
     log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **(extra_env or {}), LABEL: run_id, "ORDEAL_NODE": node_name,
-           HELPER_LABEL: tag, "ORDEAL_OWNER_PID": str(os.getpid()), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **(extra_env or {}), RUN_ENV: run_id, NODE_ENV: node_name,
+           HELPER_ENV: tag, OWNER_PID_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"}
     repo_root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [repo_root, env.get("PYTHONPATH")]))
     with log.open("ab") as out:
@@ -282,7 +286,7 @@ class CotenantFault(Fault):
     inject starts it, heal ends it. The ledger entry is written before the
     helper exists and names it by its tag; once it runs, the entry is
     rewritten with its pid and start time. So a crash at any point leaves
-    enough for ``heal_entry`` to end exactly it."""
+    enough for ``undo`` to end exactly it."""
 
     def __init__(self, node: Node, run_id: str, ledger: Ledger, backend: str = "auto",
                  device: int = 0):
@@ -337,16 +341,16 @@ class CotenantFault(Fault):
         return {"analog": analog, "helper_pid": self.helper.pid,
                 "helper_argv": " ".join(argv[1:]), "ready": ready_info(self.helper), **details}
 
-    def _undo(self) -> dict[str, Any]:
-        assert self.entry is not None
-        return {"ended_pids": end_helper(self.entry.inverse["helper"])}
+    @classmethod
+    def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
+        return {"ended_pids": end_helper(entry.inverse["helper"])}
 
     @classmethod
-    def heal_entry(cls, entry: LedgerEntry) -> str:
-        ended = end_helper(entry.inverse["helper"])
+    def heal_line(cls, entry: LedgerEntry, done: dict[str, Any]) -> str:
+        ended = done["ended_pids"]
         what = f"ended co-tenant {entry.inverse.get('analog')} pid(s) {ended}" if ended \
             else "its co-tenant was already gone"
-        return f"healed {entry.kind} on {entry.target} from run {entry.run_id}: {what}"
+        return f"{healed(entry)}: {what}"
 
 
 # --- the hog modes (run inside the helper process) ------------------------------

@@ -14,9 +14,10 @@ from typing import Any
 
 from ordeal.topology import Cluster
 
-from .base import REGISTRY, Fault, FaultError
-from .catalogue import BACKEND_KINDS
+from .base import Fault, FaultError
+from .catalogue import BACKEND_KINDS, REGISTRY
 from .ledger import Ledger
+from .sequence_jump import SequenceJump
 from .targets import select
 
 LINK_KINDS = frozenset({"network_latency", "bandwidth_limit", "connection_reset",
@@ -24,8 +25,6 @@ LINK_KINDS = frozenset({"network_latency", "bandwidth_limit", "connection_reset"
 
 
 def fault_class(kind: str) -> type[Fault]:
-    from . import catalogue  # noqa: F401 - registers every kind
-
     try:
         return REGISTRY[kind]
     except KeyError:
@@ -57,7 +56,6 @@ def build_faults(kind: str, target: str, cluster: Cluster, run_id: str, ledger: 
     if kind == "lsn_jump" and jump_file is not None:
         # An engine whose sequences are request chains (Triton): the jump
         # acts on the client's sequence steps, named by the link it stands on.
-        from .sequence_jump import SequenceJump
         names = select(target, [x.name for x in cluster.links], rng) if cluster.links else [target]
         try:
             return [SequenceJump(n, run_id, ledger, jump_file, **params) for n in names[:1]]

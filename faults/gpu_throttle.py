@@ -25,6 +25,7 @@ from typing import Any
 from ordeal.topology import Node
 
 from . import cgroup
+from .base import healed
 from .cotenant import CotenantFault, helper_argv
 from .ledger import Ledger, LedgerEntry
 from .safety import require_running
@@ -91,17 +92,16 @@ class GpuThrottle(CotenantFault):
                 "quota_us": q["quota_us"], "period_us": q["period_us"], "ncpus": q["ncpus"],
                 "moved_pids": moved}
 
-    def _undo(self) -> dict[str, Any]:
-        assert self.entry is not None
-        if self.entry.inverse.get("analog") != CPU_QUOTA:
-            return super()._undo()
-        return cgroup.restore(self.entry.inverse["cgroup"])
+    @classmethod
+    def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
+        if entry.inverse.get("analog") != CPU_QUOTA:
+            return super().undo(entry)
+        return cgroup.restore(entry.inverse["cgroup"])
 
     @classmethod
-    def heal_entry(cls, entry: LedgerEntry) -> str:
+    def heal_line(cls, entry: LedgerEntry, done: dict[str, Any]) -> str:
         if entry.inverse.get("analog") != CPU_QUOTA:
-            return super().heal_entry(entry)
-        done = cgroup.restore(entry.inverse["cgroup"])
+            return super().heal_line(entry, done)
         what = (f"moved pid(s) {done['moved_back']} back and removed {done['cgroup']}"
                 if done["removed"] else f"{done['cgroup']} was already gone")
-        return f"healed {entry.kind} on {entry.target} from run {entry.run_id}: {what}"
+        return f"{healed(entry)}: {what}"

@@ -29,7 +29,8 @@ from typing import Any
 
 from ordeal.topology import Endpoint, Node
 
-from .base import Fault, FaultError
+from .base import Fault, FaultError, healed
+from .containers import container_pid
 from .ledger import Ledger, LedgerEntry
 from .safety import require_ours, require_running
 
@@ -306,13 +307,14 @@ class ChainFault(Fault):
 
     Subclasses say which rules (``_rules``) and from which hooks. The chain
     is named for the ledger entry's id, so heal needs nothing but the entry:
-    ``heal_entry`` after a crash and ``heal`` in a live run both remove
-    ``ORDEAL-<entry id>`` and the jumps to it.
+    ``undo`` removes ``ORDEAL-<entry id>`` and the jumps to it, in a live
+    run and after a crash alike.
 
     Nodes on the host's network get the chain in the host's filter table;
     a node in a container gets it in the container's network namespace
     (entered with nsenter), with only that node's rules. The ledger entry
-    names the containers, so a heal after a crash finds them again.
+    says whether the host has one and names the containers, so the heal
+    finds every place again.
     """
 
     hooks: tuple[str, ...] = HOOKS
@@ -358,9 +360,10 @@ class ChainFault(Fault):
     def _inverse(self) -> dict[str, Any]:
         # The chain's name comes from the entry id (not known yet here); the
         # rules are kept for people reading the ledger.
+        places = [c for c, _, _ in self._places()]
         return {"action": "remove_chain", "chain": f"{CHAIN_PREFIX}<fault id>",
                 "hooks": list(self.hooks), "rules": [list(r) for r in self._rules()],
-                "containers": [c for c, _, _ in self._places() if c is not None]}
+                "host": None in places, "containers": [c for c in places if c is not None]}
 
     def _act(self) -> dict[str, Any]:
         assert self.entry is not None
@@ -379,26 +382,45 @@ class ChainFault(Fault):
                 "ports": [n.endpoint.port for n in self.nodes],
                 "netns": [pid for pid in made if pid is not None]}
 
-    def _undo(self) -> dict[str, Any]:
-        done: dict[str, Any] = {"chain": self.chain, "existed": False, "jumps_removed": 0}
-        for _, pid, _ in self._places_for_heal():
-            one = remove_chain(self.chain, pid)
+    @staticmethod
+    def entry_places(entry: LedgerEntry) -> tuple[dict[str, int | None], list[str]]:
+        """Where the entry's chain may be: ({"host" or "container ID": netns
+        pid}, containers gone). A container that no longer runs is gone, and
+        with its network namespace the chain in it. (Entries written before
+        ``host`` was kept always had a chain in the host's table.)"""
+        places: dict[str, int | None] = {"host": None} if entry.inverse.get("host", True) else {}
+        gone = []
+        for container in entry.inverse.get("containers", []):
+            pid = container_pid(container)
+            if pid is None:
+                gone.append(container[:12])
+            else:
+                places[f"container {container[:12]}"] = pid
+        return places, gone
+
+    @classmethod
+    def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
+        chain = chain_name(entry.id)
+        places, gone = cls.entry_places(entry)
+        done: dict[str, Any] = {"chain": chain, "existed": False, "jumps_removed": 0,
+                                "places": {}}
+        for place, pid in places.items():
+            one = remove_chain(chain, pid)
+            done["places"][place] = one["existed"]
             done["existed"] = bool(done["existed"] or one["existed"])
             done["jumps_removed"] += one["jumps_removed"]
+        if gone:
+            done["containers_gone"] = gone
         return done
 
-    def _places_for_heal(self) -> list[tuple[str | None, int | None, list[Node]]]:
-        """Like _places, but a container that no longer runs is skipped:
-        its network namespace, and the chain in it, are gone with it."""
-        out = []
-        for node in self.nodes:
-            container = getattr(node, "container_id", None)
-            pid = node.netns_pid() if container is not None else None  # type: ignore[attr-defined]
-            if container is not None and pid is None:
-                continue
-            if not any(c == container for c, _, _ in out):
-                out.append((container, pid, [node]))
-        return out
+    @classmethod
+    def heal_line(cls, entry: LedgerEntry, done: dict[str, Any]) -> str:
+        what = [f"{'removed' if existed else 'found no'} chain {done['chain']} in the {place}"
+                for place, existed in done["places"].items()]
+        what += [f"container {c} is gone, and its rules with it"
+                 for c in done.get("containers_gone", [])]
+        return (f"{healed(entry)}: {'; '.join(what) or 'nothing left to remove'} "
+                f"({done['jumps_removed']} jump(s) removed)")
 
     def place_counters(self) -> list[list[RuleCounter]]:
         """Per place (host, each container): its chain's rules and what they
@@ -408,22 +430,3 @@ class ChainFault(Fault):
     def counters(self) -> list[RuleCounter]:
         """This fault's rules and what they matched so far (every place)."""
         return [c for place in self.place_counters() for c in place]
-
-    @classmethod
-    def heal_entry(cls, entry: LedgerEntry) -> str:
-        from .containers import container_pid
-
-        done = remove_chain(chain_name(entry.id))
-        what = "removed" if done["existed"] else "found no"
-        inside = []
-        for container in entry.inverse.get("containers", []):
-            pid = container_pid(container)
-            if pid is None:
-                inside.append(f"container {container[:12]} is gone, and its rules with it")
-                continue
-            one = remove_chain(chain_name(entry.id), pid)
-            inside.append(f"{'removed' if one['existed'] else 'found no'} the chain in "
-                          f"container {container[:12]}")
-        return (f"healed {entry.kind} on {entry.target} from run {entry.run_id}: {what} chain "
-                f"{done['chain']} ({done['jumps_removed']} jump(s) removed)"
-                + (f"; {'; '.join(inside)}" if inside else ""))

@@ -4,24 +4,42 @@ Every fault writes an entry *before* it acts and removes it *after* it heals,
 so after a crash the ledger lists exactly the faults that may still be in
 effect. Entries are one JSON file each (atomic rename, fsync), so a crash
 mid-write leaves either the old state or the new one, never half of one.
+Entries come back in the order of injection (``seq``), so that heal-all can
+undo them newest first, as monkeypatch undoes its changes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ordeal.config import state_dir
-from ordeal.history import utc_iso
-from ordeal.procfs import start_time
+from ordeal.history.ops import utc_iso
+from ordeal.ownership import Owner
 
 
 def default_ledger_dir() -> Path:
     return state_dir() / "ledger"
+
+
+_seq_lock = threading.Lock()
+_last_seq = 0
+
+
+def next_seq() -> int:
+    """Injection order: the wall clock in ns, made strictly increasing in
+    this process (two faults injected within one clock tick, or across a
+    clock stepped back, keep their order)."""
+    global _last_seq
+    with _seq_lock:
+        _last_seq = max(time.time_ns(), _last_seq + 1)
+        return _last_seq
 
 
 @dataclass
@@ -32,16 +50,25 @@ class LedgerEntry:
     inverse: dict[str, Any]  # what heal must do, readable without the live objects
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     injected: str = field(default_factory=utc_iso)
-    owner_pid: int = field(default_factory=os.getpid)
-    # The owner's start time (with its pid: that very process, not a later
-    # one with a reused pid). None in entries written before it was kept.
-    owner_start: str | None = field(default_factory=lambda: start_time(os.getpid()))
+    # Injection order (next_seq); 0 in entries written before it was kept.
+    seq: int = field(default_factory=next_seq)
+    # The harness that injected it: while it runs (``owner.alive()``), the
+    # fault is its own to heal, not a leftover.
+    owner: Owner = field(default_factory=Owner.current)
 
-    def owner_alive(self) -> bool:
-        """The harness that injected this still runs (another one than us):
-        its faults are its own to heal, not a leftover."""
-        return (self.owner_pid != os.getpid() and self.owner_start is not None
-                and start_time(self.owner_pid) == self.owner_start)
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LedgerEntry:
+        """An entry as ``Ledger.record`` wrote it; TypeError for anything else.
+        Entries of a crashed harness of the previous format (``owner_pid`` and
+        ``owner_start`` instead of ``owner``) still load, so heal-all heals
+        them after an upgrade."""
+        if isinstance(data, dict) and "owner" not in data and "owner_pid" in data:
+            data = {k: v for k, v in data.items() if k not in ("owner_pid", "owner_start")} | {
+                "owner": {"pid": data["owner_pid"], "start_time": data.get("owner_start")}}
+        owner = data.get("owner") if isinstance(data, dict) else None
+        if not isinstance(owner, dict):
+            raise TypeError(f"not an entry with an owner {{pid, start_time}}: {str(data)[:200]}")
+        return cls(**{"seq": 0, **data, "owner": Owner(**owner)})
 
 
 class Ledger:
@@ -63,14 +90,16 @@ class Ledger:
         (self.dir / f"{entry_id}.json").unlink(missing_ok=True)
 
     def pending(self) -> list[LedgerEntry | str]:
-        """Entries still open; an unreadable file comes back as its error
-        text (reported, never silently skipped)."""
+        """Entries still open, oldest injection first; an unreadable file
+        comes back, after them, as its error text (reported, never silently
+        skipped)."""
         if not self.dir.is_dir():
             return []
-        out: list[LedgerEntry | str] = []
+        entries: list[LedgerEntry] = []
+        unreadable: list[LedgerEntry | str] = []
         for path in sorted(self.dir.glob("*.json")):
             try:
-                out.append(LedgerEntry(**json.loads(path.read_text())))
+                entries.append(LedgerEntry.from_dict(json.loads(path.read_text())))
             except (ValueError, TypeError) as e:
-                out.append(f"{path}: unreadable ledger entry ({e})")
-        return out
+                unreadable.append(f"{path}: unreadable ledger entry ({e})")
+        return [*sorted(entries, key=lambda e: (e.seq, e.injected)), *unreadable]

@@ -3,7 +3,8 @@ proxy, remove them on heal, and heal from the ledger alone after a crash.
 
 Each fault picks its toxic names in ``__init__`` (``ordeal-<kind>-<hex>``)
 so that the ledger entry, written before anything is added, already says
-exactly what to remove: ``{"control": URL, "link": NAME, "toxics": [...]}``.
+exactly what to remove: ``{"control": URL, "link": NAME, "toxics": [...]}``;
+the live heal and heal-all both remove them from that (``undo``).
 Preflight refuses, before the ledger or the proxy is touched, a link whose
 addresses are not ours, a proxy that does not answer, a link the proxy does
 not have, and parameters the proxy would reject.
@@ -18,7 +19,7 @@ from typing import Any, ClassVar
 from ordeal.topology import Link
 
 from . import safety
-from .base import Fault, FaultError
+from .base import Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
 from .proxy.client import LinkNotFound, ProxyClient, ProxyError, ProxyUnreachable
 from .proxy.toxics import ToxicError, build_toxic
@@ -96,7 +97,8 @@ class LinkFault(Fault):
 
     def _inverse(self) -> dict[str, Any]:
         return {"action": "remove_toxics", "control": self.link.control.url,
-                "link": self.link.name, "toxics": list(self.toxic_names)}
+                "link": self.link.name, "toxics": list(self.toxic_names),
+                "timeout_s": self.client.timeout}
 
     def _act(self) -> dict[str, Any]:
         added = []
@@ -108,21 +110,22 @@ class LinkFault(Fault):
                           "toxicity": spec.toxicity, **spec.attributes})
         return {"link": self.link.name, "toxics": added}
 
-    def _undo(self) -> dict[str, Any]:
-        return remove_toxics(self.client, self.link.name, self.toxic_names)
-
     @classmethod
-    def heal_entry(cls, entry: LedgerEntry) -> str:
+    def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
         inv = entry.inverse
-        client = ProxyClient(inv["control"])
+        client = ProxyClient(inv["control"], timeout=inv.get("timeout_s", 5.0))
         # An unreachable proxy that did not refuse (a timeout) may still run:
         # that raises, the entry stays, and a later heal-all retries.
-        done = remove_toxics(client, inv["link"], inv["toxics"])
+        return remove_toxics(client, inv["link"], inv["toxics"])
+
+    @classmethod
+    def heal_line(cls, entry: LedgerEntry, done: dict[str, Any]) -> str:
+        inv = entry.inverse
         if done.get("proxy") == "gone":
-            return (f"closed {entry.kind} on {entry.target} from run {entry.run_id}: the fault "
-                    f"proxy at {inv['control']} is gone, so its toxics are gone: nothing to heal")
-        return (f"healed {entry.kind} on {entry.target} from run {entry.run_id}: removed "
-                f"{done['removed']} toxic(s) from link {inv['link']} at {inv['control']}"
+            return (f"{healed(entry, 'closed')}: the fault proxy at {inv['control']} is gone, "
+                    "so its toxics are gone: nothing to heal")
+        return (f"{healed(entry)}: removed {done['removed']} toxic(s) from link {inv['link']} "
+                f"at {inv['control']}"
                 + (f", {done['already_gone']} already gone" if done["already_gone"] else ""))
 
 

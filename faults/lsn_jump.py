@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from ordeal.topology import Link
 
+from typing import Any
+
 from .base import FaultError
 from .ledger import Ledger, LedgerEntry
 from .link_fault import LinkFault, ToxicSpec
+from .sequence_jump import SequenceJump
 
 MODES = {"drop": "sse_drop", "duplicate": "sse_duplicate", "reorder": "sse_reorder"}
 
@@ -35,11 +38,17 @@ class LsnJump(LinkFault):
                            {"after_events": after_events, "count": count}, toxicity)]
         super().__init__(link, run_id, ledger, specs)
 
+    # Ledger entries of both variants are kind ``lsn_jump`` (one kind, one
+    # registry entry); the sequence variant's inverse names its control file.
+
     @classmethod
-    def heal_entry(cls, entry: LedgerEntry) -> str:
-        """Ledger entries of both variants are kind ``lsn_jump``; the sequence
-        variant's inverse names its control file."""
+    def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
         if "jump_file" in entry.inverse:
-            from .sequence_jump import SequenceJump
-            return SequenceJump.heal_entry(entry)
-        return super().heal_entry(entry)
+            return SequenceJump.undo(entry)
+        return super().undo(entry)
+
+    @classmethod
+    def heal_line(cls, entry: LedgerEntry, done: dict[str, Any]) -> str:
+        if "jump_file" in entry.inverse:
+            return SequenceJump.heal_line(entry, done)
+        return super().heal_line(entry, done)

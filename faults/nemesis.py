@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ordeal.history import NEMESIS, History, utc_iso
+from ordeal.history.ops import NEMESIS, utc_iso
+from ordeal.history.writer import History
 
 from .base import Fault
 from .schedule import Step

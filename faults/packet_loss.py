@@ -18,8 +18,8 @@ from typing import Any
 from ordeal.topology import Endpoint, Node
 
 from .base import FaultError
-from .iptables import ChainFault, RuleCounter, ipv4_host
-from .ledger import Ledger
+from .iptables import ChainFault, RuleCounter, chain_name, counters, ipv4_host
+from .ledger import Ledger, LedgerEntry
 
 
 def loss_rules(endpoints: Sequence[Endpoint], probability: float) -> list[tuple[str, ...]]:
@@ -59,6 +59,11 @@ def loss_counters(rules: Sequence[RuleCounter]) -> LossCounters:
                         sum(r.packets for r in rules[half:]))
 
 
+def sum_loss(places: Sequence[LossCounters]) -> LossCounters:
+    """Several places' counters (host, containers) as one."""
+    return LossCounters(sum(c.seen for c in places), sum(c.dropped for c in places))
+
+
 class PacketLoss(ChainFault):
     kind = "packet_loss"
     needs_root = True
@@ -79,16 +84,18 @@ class PacketLoss(ChainFault):
         return loss_rules([n.endpoint for n in self.nodes], self.probability)
 
     def loss(self) -> LossCounters:
-        places = [loss_counters(rules) for rules in self.place_counters()]
-        return LossCounters(sum(c.seen for c in places), sum(c.dropped for c in places))
+        return sum_loss([loss_counters(rules) for rules in self.place_counters()])
 
-    def _undo(self) -> dict[str, Any]:
+    @classmethod
+    def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
         """Read what the fault did (packets seen and dropped) just before the
         chain goes, so the history and summary carry the real loss rate."""
         try:
-            c = self.loss()
+            places, _ = cls.entry_places(entry)
+            c = sum_loss([loss_counters(counters(chain_name(entry.id), pid))
+                          for pid in places.values()])
             measured: dict[str, Any] = {"packets_seen": c.seen, "packets_dropped": c.dropped,
                                         "loss_rate": round(c.rate, 4)}
         except Exception as e:  # noqa: BLE001 - the heal matters more than the figure
             measured = {"counters_error": f"{type(e).__name__}: {e}"}
-        return {**measured, **super()._undo()}
+        return {**measured, **super().undo(entry)}

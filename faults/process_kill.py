@@ -2,8 +2,10 @@
 
 The kill goes to the node's process group (the engine's API server, its
 EngineCore and its workers together), as an OOM-killer or a crashed host
-would leave it. Heal restarts the node and waits until it serves again,
-so the heal's duration is the node's recovery time.
+would leave it. There is nothing to undo (the processes are gone); a live
+heal restarts the node and waits until it serves again (``_recover``), so
+the heal's duration is the node's recovery time. After a crash the node's
+cluster went with its harness and heal-all only closes the entry.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 from ordeal.procfs import group_members
 from ordeal.topology import Node
 
-from .base import Fault, FaultError
+from .base import Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
 
 
@@ -34,12 +36,15 @@ class ProcessKill(Fault):
         self.ready_timeout_s = ready_timeout_s
 
     @classmethod
-    def heal_entry(cls, entry: LedgerEntry) -> str:
-        # The killed node belonged to a cluster that died with its harness;
-        # there is nothing to restart. Its processes are ended by id at the
-        # next suite start (nodes.process.reap_leftovers).
-        return (f"closed {entry.kind} on {entry.target} from run {entry.run_id}: "
-                "its cluster is gone, nothing to restart")
+    def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
+        """Nothing: the killed processes are gone. (What a crashed harness
+        left of the node's tree is ended by id at the next suite start,
+        nodes.process.reap_leftovers.)"""
+        return {}
+
+    @classmethod
+    def heal_line(cls, entry: LedgerEntry, done: dict[str, Any]) -> str:
+        return f"{healed(entry, 'closed')}: its cluster is gone, nothing to restart"
 
     def _preflight(self) -> None:
         if not self.node.is_running():
@@ -67,7 +72,7 @@ class ProcessKill(Fault):
                                "SIGKILL")
         return {"signal": "SIGKILL", "pid": pid}
 
-    def _undo(self) -> dict[str, Any]:
+    def _recover(self) -> dict[str, Any]:
         if not self.restart or self.node.is_running():
             return {"restarted": False}
         t0 = time.monotonic()

@@ -8,7 +8,7 @@ through ``Node.signal``.
 The ledger must let ``heal-all`` continue these processes after the harness
 died, and *only* these: a pid may have been reused by then. So the inverse
 records the group id and, for every member, its pid, its start time from
-/proc (a reused pid has another one), its group and its ORDEAL_RUN_ID label;
+/proc (a reused pid has another one), its group and its ORDEAL_CLUSTER_ID label;
 a heal from the ledger sends SIGCONT to a pid only when all still match.
 
 One trap, seen: vLLM's EngineCore renames itself ("VLLM::EngineCore") with
@@ -27,7 +27,6 @@ keeps routing to, which health_truthful exists to catch.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -36,16 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from ordeal import procfs
-from ordeal.config import state_dir
+from ordeal.ownership import CLUSTER_ENV, record_of_group
 from ordeal.topology import Node
 
-from .base import Fault, FaultError
+from .base import Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
 from .safety import require_ours, require_running
 
-#: The label every process the suite starts carries in its environment
-#: (nodes.process.LABEL; faults do not import the backend).
-LABEL = "ORDEAL_RUN_ID"
 STOPPED = "T"
 
 
@@ -56,32 +52,22 @@ class Member:
     pid: int
     start_time: str
     pgid: int
-    label: str
+    label: str  # its cluster id (ordeal.ownership.CLUSTER_ENV)
 
 
 def proc_label(pid: int) -> str | None:
-    return procfs.environ(pid).get(LABEL)
+    return procfs.environ(pid).get(CLUSTER_ENV)
 
 
 def recorded_label(pgid: int) -> str | None:
-    """The run id of the process record the suite wrote when it started
-    the group (``$ORDEAL_STATE_DIR/procs/*.json``, nodes.process), if
-    its leader is still that process (same start time)."""
-    leader_start = procfs.start_time(pgid)
-    if leader_start is None:
-        return None
-    for path in (state_dir() / "procs").glob("*.json"):
-        try:
-            rec = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if rec.get("pgid") == pgid and rec.get("start_time") == leader_start:
-            return rec.get("run_id")
-    return None
+    """The cluster id of the process record the suite wrote when it started
+    the group (ordeal.ownership), if its leader is still that process."""
+    rec = record_of_group(pgid)
+    return rec.cluster_id if rec is not None else None
 
 
-def run_label(pid: int) -> str | None:
-    """The process's ORDEAL_RUN_ID; for one whose environment block was
+def cluster_label(pid: int) -> str | None:
+    """The process's cluster label; for one whose environment block was
     overwritten (setproctitle), its group leader's; for a group whose
     environments cannot be read at all (a non-root harness may not read
     /proc/<pid>/environ of a process that made itself non-dumpable, as
@@ -112,7 +98,7 @@ def snapshot(pids: list[int]) -> list[Member]:
     without a label, are left out."""
     out = []
     for pid in pids:
-        start, pgid, label = procfs.start_time(pid), procfs.pgid(pid), run_label(pid)
+        start, pgid, label = procfs.start_time(pid), procfs.pgid(pid), cluster_label(pid)
         if start is not None and pgid is not None and label is not None:
             out.append(Member(pid, start, pgid, label))
     return out
@@ -122,7 +108,7 @@ def is_same(member: Member) -> bool:
     """The recorded process, and not a later one that reuses its pid."""
     return (procfs.start_time(member.pid) == member.start_time
             and procfs.pgid(member.pid) == member.pgid
-            and run_label(member.pid) == member.label)
+            and cluster_label(member.pid) == member.label)
 
 
 def continue_members(members: list[Member]) -> tuple[list[int], list[int]]:
@@ -189,7 +175,7 @@ class ProcessPause(Fault):
         if unlabelled:
             raise FaultError(
                 f"process_pause: process(es) {unlabelled} of {self.node.name} carry no "
-                f"{LABEL} label (or vanished while read); the suite pauses only processes it "
+                f"{CLUSTER_ENV} label (or vanished while read); the suite pauses only processes it "
                 "started and labelled, so that heal-all can find them again")
         return members
 
@@ -234,21 +220,19 @@ class ProcessPause(Fault):
         return {"signal": "SIGSTOP", "pgid": self.entry.inverse["pgid"], "pids": pids,
                 "only": self.only}
 
-    def _undo(self) -> dict[str, Any]:
-        continued, skipped = continue_members(self._recorded())
+    @classmethod
+    def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
+        """SIGCONT every recorded member that is still that process (pid,
+        start time, group and label match), and wait until it runs."""
+        continued, skipped = continue_members([Member(**m) for m in entry.inverse["members"]])
         still = wait_states(continued, stopped=False)
         if still:
-            raise RuntimeError(f"process_pause: {self.node.name}: processes {still} are still "
+            raise RuntimeError(f"process_pause: {entry.target}: processes {still} are still "
                                "stopped 10 s after SIGCONT")
         return {"signal": "SIGCONT", "continued": continued, "gone": skipped}
 
     @classmethod
-    def heal_entry(cls, entry: LedgerEntry) -> str:
-        members = [Member(**m) for m in entry.inverse["members"]]
-        continued, skipped = continue_members(members)
-        still = wait_states(continued, stopped=False)
-        if still:
-            raise RuntimeError(f"processes {still} are still stopped 10 s after SIGCONT")
-        return (f"healed {entry.kind} on {entry.target} from run {entry.run_id}: SIGCONT to "
-                f"{len(continued)} process(es) of group {entry.inverse['pgid']} "
-                f"{continued}; {len(skipped)} gone or no longer ours {skipped}")
+    def heal_line(cls, entry: LedgerEntry, done: dict[str, Any]) -> str:
+        return (f"{healed(entry)}: SIGCONT to {len(done['continued'])} process(es) of group "
+                f"{entry.inverse['pgid']} {done['continued']}; {len(done['gone'])} gone or no "
+                f"longer ours {done['gone']}")

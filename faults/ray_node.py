@@ -24,15 +24,15 @@ backend is imported here.
   told its raylet to exit.
 
 Leftovers of a crashed harness (``remove_leftovers``, run by
-``python -m faults heal-all``): the process groups of Ray runs whose harness
-is gone, found by the suite's process records, and the Ray temp dirs
-(``/tmp/ordeal-ray-*``) whose owner file names a dead harness. Nothing
-without our record or marker is touched.
+``python -m faults heal-all`` and at every suite start): the process groups
+of Ray clusters whose harness is gone, by the suite's process records
+(``ordeal.ownership``), and the Ray temp dirs (``/tmp/ordeal-ray-*``) and
+cgroups whose owner file names a dead harness. Nothing without our record or
+marker is touched.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -42,12 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from ordeal import cgroup2, procfs
-from ordeal.config import state_dir
+from ordeal.ownership import Owner, read_records, reap_leftovers
 
 from . import iptables
-from .base import Fault, FaultError
+from .base import Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
-from .process_pause import Member, continue_members, snapshot, wait_states
+from .process_pause import Member, continue_members, is_same, snapshot, wait_states
 
 RAY_TEMP_PREFIX = "ordeal-ray-"
 #: After a pause or partition ends, how long Ray may still take to declare
@@ -70,8 +70,6 @@ def _members(node: Any) -> tuple[list[Member], list[dict[str, Any]]]:
 
 def _kill_members(members: list[Member]) -> list[int]:
     """SIGKILL each member that is still the recorded process."""
-    from .process_pause import is_same
-
     killed = []
     for m in members:
         if is_same(m):
@@ -135,7 +133,15 @@ class _RayNodeFault(Fault):
         names = set(self.entry.inverse["engines"])
         return [r for r in self.node.cluster.replicas() if r.name in names]
 
-    def _recover(self, lost_node_id: str | None) -> dict[str, Any]:
+    def _recover(self) -> dict[str, Any]:
+        """The node's processes run again (or are gone): end what Ray
+        orphaned meanwhile, restart the node if it is down, wait until its
+        replicas serve."""
+        assert self.entry is not None
+        return {"orphans_ended": self._end_orphans(), "declared_dead": self._declared_dead,
+                **self._bring_back(self.entry.inverse.get("node_id"))}
+
+    def _bring_back(self, lost_node_id: str | None) -> dict[str, Any]:
         """Restart the node if it is down, then wait until every replica
         that ran on it serves again, wherever Ray runs it now."""
         t0 = time.monotonic()
@@ -200,7 +206,7 @@ class _RayNodeFault(Fault):
         if dead:
             # Its raylet exits on its own once it runs again and hears so
             # (seen within a few seconds); a node that has not heard after
-            # 10 s is stopped, so that _recover starts it afresh.
+            # 10 s is stopped, so that _bring_back starts it afresh.
             deadline = time.monotonic() + 10
             while self.node.is_running() and time.monotonic() < deadline:
                 time.sleep(0.2)
@@ -232,15 +238,20 @@ class RayNodeLoss(_RayNodeFault):
                 else None, "killed": len(killed), "engines": self.entry.inverse["engines"]
                 if self.entry else []}
 
-    def _undo(self) -> dict[str, Any]:
-        assert self.entry is not None
-        return {"action": "restart", **self._recover(self.entry.inverse.get("node_id"))}
+    @classmethod
+    def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
+        """Nothing: the killed processes are gone."""
+        return {}
 
     @classmethod
-    def heal_entry(cls, entry: LedgerEntry) -> str:
-        return (f"closed {entry.kind} on {entry.target} from run {entry.run_id}: its Ray "
-                "cluster went with its harness, nothing to restart (its processes are ended "
-                "by their records: heal-all, or the next suite start)")
+    def heal_line(cls, entry: LedgerEntry, done: dict[str, Any]) -> str:
+        return (f"{healed(entry, 'closed')}: its Ray cluster went with its harness, nothing to "
+                "restart (its processes are ended by their records: heal-all, or the next "
+                "suite start)")
+
+    def _recover(self) -> dict[str, Any]:
+        assert self.entry is not None
+        return {"action": "restart", **self._bring_back(self.entry.inverse.get("node_id"))}
 
 
 class RayNodePause(_RayNodeFault):
@@ -265,20 +276,17 @@ class RayNodePause(_RayNodeFault):
                                "10 s after SIGSTOP")
         return {"signal": "SIGSTOP", "pids": len(pids), "engines": self.entry.inverse["engines"]}
 
-    def _undo(self) -> dict[str, Any]:
-        assert self.entry is not None
-        continued, gone = continue_members(self._recorded())
+    @classmethod
+    def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
+        """SIGCONT every recorded member that is still that process."""
+        continued, gone = continue_members([Member(**m) for m in entry.inverse["members"]])
         wait_states(continued, stopped=False)
-        return {"signal": "SIGCONT", "continued": len(continued), "gone": len(gone),
-                "orphans_ended": self._end_orphans(), "declared_dead": self._declared_dead,
-                **self._recover(self.entry.inverse.get("node_id"))}
+        return {"signal": "SIGCONT", "continued": len(continued), "gone": len(gone)}
 
     @classmethod
-    def heal_entry(cls, entry: LedgerEntry) -> str:
-        members = [Member(**m) for m in entry.inverse["members"]]
-        continued, skipped = continue_members(members)
-        return (f"healed {entry.kind} on {entry.target} from run {entry.run_id}: SIGCONT to "
-                f"{len(continued)} process(es); {len(skipped)} gone or no longer ours")
+    def heal_line(cls, entry: LedgerEntry, done: dict[str, Any]) -> str:
+        return (f"{healed(entry)}: SIGCONT to {done['continued']} process(es); {done['gone']} "
+                "gone or no longer ours")
 
 
 # -- a node cut off from the head -------------------------------------------
@@ -390,73 +398,40 @@ class RayNodePartition(_RayNodeFault):
         """Packets the partition's rules dropped so far."""
         return sum(c.packets for c in iptables.counters(self.chain))
 
-    def _undo(self) -> dict[str, Any]:
-        assert self.entry is not None
-        dropped = self.dropped()
-        removed = iptables.remove_chain(self.chain)
-        return {"chain": self.chain, "existed": removed["existed"], "dropped_packets": dropped,
-                "orphans_ended": self._end_orphans(), "declared_dead": self._declared_dead,
-                **self._recover(self.entry.inverse.get("node_id"))}
+    @classmethod
+    def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
+        """Count what the rules dropped, then remove the chain."""
+        chain = iptables.chain_name(entry.id)
+        dropped = (sum(c.packets for c in iptables.counters(chain))
+                   if iptables.chain_exists(chain) else 0)
+        removed = iptables.remove_chain(chain)
+        return {"chain": chain, "existed": removed["existed"],
+                "jumps_removed": removed["jumps_removed"], "dropped_packets": dropped}
 
     @classmethod
-    def heal_entry(cls, entry: LedgerEntry) -> str:
-        done = iptables.remove_chain(iptables.chain_name(entry.id))
-        return (f"healed {entry.kind} on {entry.target} from run {entry.run_id}: "
-                f"{'removed' if done['existed'] else 'found no'} chain {done['chain']} "
-                f"({done['jumps_removed']} jump(s) removed); the node's processes are ended "
-                "by their records")
+    def heal_line(cls, entry: LedgerEntry, done: dict[str, Any]) -> str:
+        return (f"{healed(entry)}: {'removed' if done['existed'] else 'found no'} chain "
+                f"{done['chain']} ({done['jumps_removed']} jump(s) removed); the node's "
+                "processes are ended by their records")
 
 
 # -- leftovers of a crashed harness ----------------------------------------
 
-def _owner_alive(pid: Any, start: Any) -> bool:
-    return (isinstance(pid, int) and pid != os.getpid()
-            and procfs.start_time(pid) == start)
-
-
 def remove_leftovers(tmp: Path = Path("/tmp")) -> list[str]:
-    """End the processes of Ray runs whose harness is gone (every record of
-    a run that has a ``ray-*`` node record), then remove their Ray temp
-    dirs. Only recorded groups (leader gone, or still the recorded one) and
-    dirs with our owner marker; a live harness's run is left alone."""
-    lines: list[str] = []
-    rec_dir = state_dir() / "procs"
-    records = []
-    for path in sorted(rec_dir.glob("*.json")) if rec_dir.is_dir() else []:
-        try:
-            records.append((path, json.loads(path.read_text())))
-        except (OSError, ValueError):
-            continue
-    ray_runs = {r.get("run_id") for _, r in records if str(r.get("name", "")).startswith("ray-")}
-    # Nodes first (raylets, workers: the actors), then the engines.
-    for path, rec in sorted(records, key=lambda x: not str(x[1].get("name", "")).startswith(
-            "ray-")):
-        if rec.get("run_id") not in ray_runs or _owner_alive(rec.get("owner_pid"),
-                                                              rec.get("owner_start_time")):
-            continue
-        pgid = int(rec.get("pgid") or 0)
-        members = procfs.group_members(pgid) if pgid else []
-        leader = procfs.start_time(pgid) if pgid else None
-        if leader is not None and leader != rec.get("start_time"):
-            members = [p for p in members
-                       if procfs.environ(p).get("ORDEAL_RUN_ID") == rec.get("run_id")]
-        for pid in members:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if members:
-            lines.append(f"ended {len(members)} leftover process(es) of {rec.get('name')} "
-                         f"(Ray run {rec.get('run_id')}, group {pgid})")
-        path.unlink(missing_ok=True)
+    """End the process groups of Ray clusters whose harness is gone (every
+    record of a cluster that has a ``ray-*`` node record: nodes, then
+    engines, by ``ordeal.ownership.reap_leftovers``), then remove their Ray
+    temp dirs and cgroups. Only recorded groups and dirs with our owner
+    marker; a live harness's cluster is left alone."""
+    ray_clusters = {s.record.cluster_id for s in read_records()
+                    if s.record is not None and s.record.name.startswith("ray-")}
+    lines = reap_leftovers(clusters=ray_clusters) if ray_clusters else []
     for d in sorted(tmp.glob(f"{RAY_TEMP_PREFIX}*")):
-        marker = d / RAY_OWNER_FILE
         try:
-            owner = marker.read_text().split()[0]
+            owner = Owner.from_label((d / RAY_OWNER_FILE).read_text().split()[0])
         except (OSError, IndexError):
             continue  # not ours (no marker): never touched
-        pid, _, start = owner.partition(":")
-        if pid.isdigit() and _owner_alive(int(pid), start):
+        if owner is not None and owner.alive():
             continue
         shutil.rmtree(d, ignore_errors=True)
         lines.append(f"removed leftover Ray temp dir {d}")

@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .base import Fault, FaultError
+from .base import Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
 
 MODES = {"skip": "skip", "repeat": "repeat", "restart": "restart",
@@ -32,9 +32,9 @@ MODES = {"skip": "skip", "repeat": "repeat", "restart": "restart",
 
 
 class SequenceJump(Fault):
-    # kind is "lsn_jump", set below the class: one kind is one registry entry
-    # (faults.base.REGISTRY maps it to LsnJump, whose heal_entry hands ledger
-    # entries of this variant back here).
+    # One kind, one registry entry: faults.catalogue maps "lsn_jump" to
+    # LsnJump, whose undo hands ledger entries of this variant on to here.
+    kind = "lsn_jump"
     needs_root = False
     privilege = "writes a control file in the run's own log directory"
 
@@ -67,14 +67,12 @@ class SequenceJump(Fault):
         return {"variant": "sequence", "mode": self.mode, "count": self.count,
                 "jump_file": str(self.jump_file)}
 
-    def _undo(self) -> dict[str, Any]:
-        self.jump_file.unlink(missing_ok=True)
-        return {"variant": "sequence", "removed": str(self.jump_file)}
+    @classmethod
+    def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
+        jump_file = Path(entry.inverse["jump_file"])
+        jump_file.unlink(missing_ok=True)
+        return {"variant": "sequence", "removed": str(jump_file)}
 
     @classmethod
-    def heal_entry(cls, entry: LedgerEntry) -> str:
-        Path(entry.inverse["jump_file"]).unlink(missing_ok=True)
-        return f"closed lsn_jump (sequences) on {entry.target}: control file removed"
-
-
-SequenceJump.kind = "lsn_jump"
+    def heal_line(cls, entry: LedgerEntry, done: dict[str, Any]) -> str:
+        return f"{healed(entry)}: removed the sequence variant's control file {done['removed']}"

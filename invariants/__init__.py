@@ -6,8 +6,8 @@ from .duplicates import NoDuplicateExecution
 from .no_silent_loss import NoSilentLoss
 from .node_health import CountersMonotonic, HealthTruthful, LeakBound
 from .planted import PLANTED, ExcludingPlanted, PlantedDetected, with_planted
-from .slo import (Availability, ErrorRate, Goodput, LatencySLO, Recovery, RestartReadiness,
-                  SLOTargets)
+from .settings import CheckerSettings, SLOTargets
+from .slo import Availability, ErrorRate, Goodput, LatencySLO, Recovery, RestartReadiness
 from .stream_wellformed import StreamWellFormed
 from .usage import UsageMatchesTokens
 
@@ -16,7 +16,8 @@ DEFAULT_CHECKERS = (NoSilentLoss, StreamWellFormed, UsageMatchesTokens, NoDuplic
                     LatencySLO, Goodput, ErrorRate, Availability, Recovery, RestartReadiness,
                     HealthTruthful, CountersMonotonic, LeakBound)
 
-__all__ = ["Checker", "Result", "RunContext", "merge_valid", "run_checker", "SLOTargets",
+__all__ = ["Checker", "Result", "RunContext", "merge_valid", "run_checker", "CheckerSettings",
+           "SLOTargets",
            "NoSilentLoss", "StreamWellFormed", "UsageMatchesTokens", "NoDuplicateExecution", "CanaryDeterminism",
            "LatencySLO", "Goodput", "ErrorRate", "Availability", "Recovery",
            "RestartReadiness", "HealthTruthful", "CountersMonotonic", "LeakBound",

@@ -13,7 +13,9 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Protocol, Sequence
 
-from ordeal.history import Op
+from ordeal.history.ops import Op
+
+from .settings import CheckerSettings
 
 Validity = bool | Literal["unknown"]
 MAX_COUNTEREXAMPLES = 5
@@ -24,8 +26,7 @@ class RunContext:
     """What a checker may know about the run besides its ops."""
 
     run_id: str = ""
-    # Canary prompts and their golden outputs, SLO targets etc. join later.
-    extra: dict[str, Any] = field(default_factory=dict)
+    settings: CheckerSettings = field(default_factory=CheckerSettings)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ordeal.history import HARNESS, Op
+from ordeal.history.ops import HARNESS, Op
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 
@@ -22,7 +22,7 @@ class CanaryDeterminism(StreamingChecker):
 
     def start(self, ctx: RunContext) -> None:
         super().start(ctx)
-        self.k = ctx.extra.get("determinism_prefix_tokens")
+        self.k = ctx.settings.determinism_prefix_tokens
         self.prompts: dict[Any, str] = {}
         self.golden: dict[str, dict[str, Any]] = {}
         self.counts = {"canaries": 0, "matched": 0, "differed": 0}
@@ -64,7 +64,7 @@ class CanaryDeterminism(StreamingChecker):
         return Result(self.name, True if self.counts["matched"] else "unknown", details)
 
     @staticmethod
-    def _same(a: dict[str, Any], b: dict[str, Any], k: int | None) -> bool:
+    def _same(a: dict[str, Any], b: dict[str, Any], k: int) -> bool:
         if not k:
             return a["text"] == b["text"]
         if a["token_ids"] is None or b["token_ids"] is None:

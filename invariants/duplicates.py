@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from ordeal.history import MONITOR, Op
+from ordeal.history.ops import MONITOR, Op
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 
@@ -31,7 +31,7 @@ class NoDuplicateExecution(StreamingChecker):
 
     def start(self, ctx: RunContext) -> None:
         super().start(ctx)
-        self.window_ns = int(float(ctx.extra.get("duplicate_window_s", 900.0)) * 1e9)
+        self.window_ns = int(ctx.settings.duplicate_window_s * 1e9)
         # rid -> [first seen ns, completed executions, attempts, nodes]
         self.seen: OrderedDict[str, list[Any]] = OrderedDict()
         self.counts = {"journal_entries": 0, "requests": 0, "completed": 0,

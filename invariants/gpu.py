@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from ordeal.gpu import is_slowdown
-from ordeal.history import MONITOR, Op
+from ordeal.history.ops import MONITOR, Op
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker
 from .requests import RequestPairer, Timeline
-from .slo import meets_slo, targets
+from .slo import meets_slo
 
 
 class GpuMemoryBack(StreamingChecker):
@@ -25,7 +25,7 @@ class GpuMemoryBack(StreamingChecker):
 
     def start(self, ctx: RunContext) -> None:
         super().start(ctx)
-        self.slack_mb = float(ctx.extra.get("gpu_mem_slack_mb", 1024))
+        self.slack_mb = ctx.settings.gpu_mem_slack_mb
         self.baseline: dict[str, tuple[int, int]] = {}  # device -> (mem_used_mb, op index)
         self.drained: dict[str, tuple[int, int]] = {}
         self.peak: dict[str, int] = {}
@@ -87,8 +87,8 @@ class ThrottleExplained(StreamingChecker):
 
     def start(self, ctx: RunContext) -> None:
         super().start(ctx)
-        self.t = targets(ctx)
-        self.slack_ns = int(float(ctx.extra.get("throttle_slack_s", 1.0)) * 1e9)
+        self.t = ctx.settings.slo
+        self.slack_ns = int(ctx.settings.throttle_slack_s * 1e9)
         self.pairer = RequestPairer(Timeline(self.t.after_heal_s))
         self.slow_times: list[int] = []  # times of readings with a slowdown reason (bounded)
         self.readings = 0

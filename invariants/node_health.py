@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ordeal.history import MONITOR, Op
+from ordeal.history.ops import MONITOR, Op
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 
@@ -31,7 +31,7 @@ class HealthTruthful(StreamingChecker):
 
     def start(self, ctx: RunContext) -> None:
         super().start(ctx)
-        self.stall_ns = int(float(ctx.extra.get("health_stall_s", 10.0)) * 1e9)
+        self.stall_ns = int(ctx.settings.health_stall_s * 1e9)
         # node -> (time the tokens counter last moved, its value) while busy+200
         self.busy_since: dict[str, tuple[int, float]] = {}
         self.lies: list[dict[str, Any]] = []
@@ -134,8 +134,8 @@ class LeakBound(StreamingChecker):
 
     def start(self, ctx: RunContext) -> None:
         super().start(ctx)
-        self.factor = float(ctx.extra.get("leak_rss_factor", 1.5))
-        self.slack = float(ctx.extra.get("leak_rss_slack_mb", 256)) * 2**20
+        self.factor = ctx.settings.leak_rss_factor
+        self.slack = ctx.settings.leak_rss_slack_mb * 2**20
         self.baseline: dict[str, tuple[Any, int]] = {}  # node -> (pid, rss) at its start
         self.drained: dict[str, dict[str, Any]] = {}
 

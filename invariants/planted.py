@@ -19,7 +19,7 @@ judgement:
 Exclusion rule. A request is excluded when its lifetime [invoke, completion]
 overlaps a planted window (from the nemesis ``inject``/begin op to the
 matching ``heal``/end op of the same kind and target, as
-``requests.Timeline`` matches them): a planted window was open at its
+``ordeal.history.windows`` matches them): a planted window was open at its
 invoke, or one began while it was in flight. That is known only at the
 completion, so nothing is buffered: invokes always go to the inner checker
 (usage needs each invoke's ``max_tokens``, determinism its canary prompt;
@@ -38,10 +38,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ordeal.history import HARNESS, NEMESIS, Op
+from ordeal.history.ops import HARNESS, NEMESIS, Op
+from ordeal.history.windows import CLOSED, OPENED, FaultWindows, Window
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker
-from .requests import Timeline, Window
 from .stream_wellformed import stream_problems
 from .usage import usage_problems
 
@@ -79,14 +79,9 @@ class PlantedWindows:
 
     def __init__(self, kinds: Iterable[str]):
         self.kinds = frozenset(kinds)
-        self.timeline = Timeline(after_s=0.0)  # its window matching, nothing else
+        # Every fault window, fed the nemesis ops only (a gap leaves them open).
+        self.faults = FaultWindows(gaps=False)
         self.planted: list[Window] = []  # planted windows, in order of begin
-        self.begin_wall: dict[str, str] = {}  # window label -> wall of its inject/begin
-        # window label -> when its toxics were in place (inject/end without
-        # error) and when their removal began (heal/begin): the span in which
-        # a request is sure to meet them (see PlantedDetected).
-        self.armed_ns: dict[str, int] = {}
-        self.disarmed_ns: dict[str, int] = {}
         self._open: dict[str, int] = {}  # kind@target -> index in planted, while open
         # In flight, per process: (planted windows begun by the invoke,
         # indexes of those open at the invoke, max_tokens, invoke time).
@@ -113,9 +108,10 @@ class PlantedWindows:
     def exposed(self, w: Window, met: Met, node: Any) -> bool:
         """Was this request sure to meet ``w``'s toxics? Sent while they were
         in place (the proxy bites a response whose head arrives after a toxic
-        is added, and leaves one already streaming alone) and, on a
-        router-replica link, served by that replica."""
-        armed, disarmed = self.armed_ns.get(w.label), self.disarmed_ns.get(w.label)
+        is added, and leaves one already streaming alone: from its inject/end
+        without error to its first heal/begin) and, on a router-replica link,
+        served by that replica."""
+        armed, disarmed = w.injected_ns, w.heal_begin_ns
         if met.invoke_ns is None or armed is None or met.invoke_ns < armed:
             return False
         if disarmed is not None and met.invoke_ns >= disarmed:
@@ -124,25 +120,17 @@ class PlantedWindows:
         return dst is None or node == dst
 
     def _on_nemesis(self, op: Op) -> None:
-        opened = self.timeline.on_nemesis(op)
-        if opened is not None and opened.kind in self.kinds:
+        change = self.faults.feed(op)
+        if change is None or change.window.kind not in self.kinds:
+            return
+        w = change.window
+        if change.what == OPENED:
             # A second inject of the same kind and target replaces the first
-            # window, as in Timeline (which never heals the first).
-            self._open[f"{opened.kind}@{opened.target}"] = len(self.planted)
-            self.planted.append(opened)
-            self.begin_wall[opened.label] = op.wall
-            return
-        key = f"{op.value.get('kind')}@{op.value.get('target')}"
-        i = self._open.get(key)
-        if i is None:
-            return
-        label, phase = self.planted[i].label, op.value.get("phase")
-        if op.f == "inject" and phase == "end" and not op.error:
-            self.armed_ns[label] = op.time_ns
-        elif op.f == "heal" and phase == "begin":
-            self.disarmed_ns.setdefault(label, op.time_ns)
-        elif op.f == "heal" and phase == "end" and self.planted[i].end_ns is not None:
-            del self._open[key]
+            # window, as in FaultWindows (which never heals the first).
+            self._open[w.key] = len(self.planted)
+            self.planted.append(w)
+        elif change.what == CLOSED:
+            del self._open[w.key]
 
 
 def withdrawn(op: Op, met: Met) -> Op:
@@ -245,7 +233,7 @@ class PlantedDetected(StreamingChecker):
             streamed = self.streamed.get(w.label, 0)
             exposed = self.exposed.get(w.label, 0)
             entry: dict[str, Any] = {"kind": w.kind, "target": w.target,
-                                     "begin_wall": self.windows.begin_wall[w.label],
+                                     "begin_wall": w.start_wall,
                                      "healed": w.end_ns is not None, "streamed": streamed,
                                      "exposed": exposed,
                                      "caught": self.n_caught.get(w.label, 0)}

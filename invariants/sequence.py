@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ordeal.history import Op
+from ordeal.history.ops import Op
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 

@@ -11,59 +11,16 @@ the availability and recovery checkers say by how much).
 
 from __future__ import annotations
 
-import tomllib
-from dataclasses import dataclass, fields, replace
-from pathlib import Path
 from typing import Any
 
-from ordeal.config import ConfigError
-from ordeal.history import NEMESIS, Op
+from ordeal.history.ops import NEMESIS, Op
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 from .histogram import LatencyHistogram
 from .requests import STEADY, Request, RequestPairer, Timeline
+from .settings import SLOTargets
 
 METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
-
-
-@dataclass(frozen=True)
-class SLOTargets:
-    """Targets, with defaults sized for the tiny CPU model on a 2-core
-    machine; real clusters should set their own (``--slo FILE``)."""
-
-    ttft_ms: float = 2000.0  # per request, as vllm bench serve's --goodput ttft:
-    tpot_ms: float = 200.0
-    e2e_ms: float = 10000.0
-    percentile: float = 99.0  # steady-state latency is judged at this percentile
-    min_goodput: float = 0.95  # steady-state share of requests meeting every SLO
-    max_error_rate: float = 0.01  # steady-state share of fail + info
-    min_availability: float = 0.5  # share ok inside each fault window
-    after_heal_s: float = 30.0  # length of the after-heal window
-    recovery_bound_s: float = 30.0  # the SLO must hold again this soon after a heal
-    restart_bound_s: float = 240.0  # a killed node must serve again this soon
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> "SLOTargets":
-        """Read ``[slo]`` from a TOML file; unknown keys are an error."""
-        p = Path(path)
-        try:
-            data = tomllib.loads(p.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as e:
-            raise ConfigError(f"--slo {p}: cannot read it as TOML ({e})") from e
-        table = data.get("slo", data)
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(table) - known)
-        if unknown:
-            raise ConfigError(f"--slo {p}: unknown key(s) {unknown}; known: {sorted(known)}")
-        try:
-            return replace(cls(), **{k: float(v) for k, v in table.items()})
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"--slo {p}: every value must be a number ({e})") from e
-
-
-def targets(ctx: RunContext) -> SLOTargets:
-    t = ctx.extra.get("slo")
-    return t if isinstance(t, SLOTargets) else SLOTargets()
 
 
 def meets_slo(req: Request, t: SLOTargets) -> bool:
@@ -153,7 +110,7 @@ class _PhasedChecker(StreamingChecker):
 
     def start(self, ctx: RunContext) -> None:
         super().start(ctx)
-        self.t = targets(ctx)
+        self.t = ctx.settings.slo
         self.timeline = Timeline(self.t.after_heal_s)
         self.pairer = RequestPairer(self.timeline)
         self.groups = _Groups(self.latencies)
@@ -260,7 +217,7 @@ class Recovery(StreamingChecker):
 
     def start(self, ctx: RunContext) -> None:
         super().start(ctx)
-        self.t = targets(ctx)
+        self.t = ctx.settings.slo
         self.timeline = Timeline(self.t.after_heal_s)
         self.pairer = RequestPairer(self.timeline)
         self.last_bad: dict[str, int] = {}
@@ -283,11 +240,11 @@ class Recovery(StreamingChecker):
                 out[w.label] = {"recovered": False, "why": "never healed"}
                 valid = False
                 continue
-            if w.heal_value.get("healed_by"):  # requests.Timeline.on_gap
+            if w.ended_by_gap:
                 out[w.label] = {"recovered": None, "why": "the harness died in this window; "
                                 "a resumed harness healed it"}
                 continue
-            if not self.seen.get(w.label) and w.heal_value.get("after_heal_cut_by_gap"):
+            if not self.seen.get(w.label) and w.label in self.timeline.cut_by_gap:
                 out[w.label] = {"recovered": None, "why": "the harness died right after the "
                                 "heal; its after-heal requests were cut (gap)"}
                 continue
@@ -318,7 +275,7 @@ class RestartReadiness(StreamingChecker):
 
     def start(self, ctx: RunContext) -> None:
         super().start(ctx)
-        self.t = targets(ctx)
+        self.t = ctx.settings.slo
         self.restarts: list[dict[str, Any]] = []
 
     def feed(self, op: Op) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ordeal.history import HARNESS, Op
+from ordeal.history.ops import HARNESS, Op
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 

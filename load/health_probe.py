@@ -25,7 +25,7 @@ from typing import Any
 
 import aiohttp
 
-from ordeal.history import utc_iso
+from ordeal.history.ops import utc_iso
 
 
 #: Each check's own deadline; the probe's bar is 500 ms end to end.

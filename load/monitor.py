@@ -17,7 +17,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ordeal.history import MONITOR, History
+from ordeal.history.ops import MONITOR
+from ordeal.history.writer import History
 
 from load.gpu_telemetry import GpuTelemetry
 from load.metrics import MetricsParseError, parse_metrics

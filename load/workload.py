@@ -36,7 +36,7 @@ import aiohttp
 from faults.base import FaultError
 from faults.safety import require_ours
 from ordeal.config import ConfigError
-from ordeal.history import History, HistoryWriteError
+from ordeal.history.writer import History, HistoryWriteError
 from ordeal.topology import Endpoint as Address
 
 from load.sse import SSEParser, StreamRecorder

@@ -25,8 +25,11 @@ from typing import Any
 
 from invariants.histogram import LatencyHistogram
 from invariants.requests import RequestPairer, Timeline
-from invariants.slo import SLOTargets, meets_slo
-from ordeal.history import MONITOR, NEMESIS, Op, read_history
+from invariants.settings import SLOTargets
+from invariants.slo import meets_slo
+from ordeal.history.ops import MONITOR, NEMESIS, Op
+from ordeal.history.reader import read_history
+from ordeal.history.windows import CLOSED, OPENED, FaultWindows
 
 MAX_BUCKETS = 600
 NICE_WIDTHS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400)
@@ -192,7 +195,9 @@ class Collector:
         self.wanted = dict(context_indexes)  # op index -> why (counterexamples)
         self.recent: deque[dict[str, Any]] = deque(maxlen=CONTEXT_OPS)
         self.open_contexts: list[Context] = []
-        self._open_windows: dict[str, int] = {}
+        # The windows drawn: the first MAX_WINDOWS; a gap leaves them open.
+        self.faults = FaultWindows(gaps=False, keep=MAX_WINDOWS)
+        self._drawn: dict[str, int] = {}  # label -> index in data.windows, while open
 
     def bucket(self, ns: int) -> Bucket:
         d = self.data
@@ -319,18 +324,19 @@ class Collector:
                 mine[key] = pick(mine.get(key, float(val)), float(val))
 
     def _nemesis(self, op: Op) -> None:
-        d, v = self.data, op.value
-        key = f"{v.get('kind')}@{v.get('target')}"
-        if op.f == "inject" and v.get("phase") == "begin":
-            if len(d.windows) >= MAX_WINDOWS:
-                d.windows_dropped += 1
-                return
-            self._open_windows[key] = len(d.windows)
-            d.windows.append((d.t(op.time_ns), None, key))
-        elif op.f == "heal" and v.get("phase") == "end" and key in self._open_windows:
-            i = self._open_windows.pop(key)
-            start, _, label = d.windows[i]
-            d.windows[i] = (start, d.t(op.time_ns), label)
+        change = self.faults.feed(op)
+        if change is None:
+            return
+        d, w = self.data, change.window
+        if change.what == OPENED:
+            d.windows_dropped = self.faults.dropped
+            if len(self.faults.windows) > len(d.windows):  # kept: drawn
+                self._drawn[w.label] = len(d.windows)
+                d.windows.append((d.t(w.start_ns), None, w.key))
+        elif change.what == CLOSED and w.label in self._drawn:
+            i = self._drawn.pop(w.label)
+            start, _, key = d.windows[i]
+            d.windows[i] = (start, d.t(op.time_ns), key)
 
     def _open_context(self, op: Op, why: str) -> None:
         before = [r for r in self.recent if r["index"] != op.index]

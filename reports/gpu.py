@@ -19,7 +19,8 @@ import statistics
 from typing import Any, Iterable
 
 from ordeal.gpu import reason_names
-from ordeal.history import MONITOR, NEMESIS, Op
+from ordeal.history.ops import MONITOR, NEMESIS, Op
+from ordeal.history.windows import CLOSED, FaultWindows
 
 MAX_VALUES = 20_000
 MAX_PHASES = 200
@@ -89,7 +90,7 @@ def gpu_phases(ops: Iterable[Op], after_heal_s: float = 15.0,
     GPU memory)."""
     phases: list[_Phase] = []
     t0: int | None = None
-    open_windows: dict[str, int] = {}
+    faults = FaultWindows(gaps=False, keep=0)  # the open ones only
     after_until: int | None = None
     after_label = ""
     asked: dict[Any, _Phase] = {}
@@ -100,8 +101,8 @@ def gpu_phases(ops: Iterable[Op], after_heal_s: float = 15.0,
         return (ns - (t0 or ns)) / 1e9
 
     def current(ns: int) -> _Phase:
-        if open_windows:
-            name = " + ".join(sorted(open_windows))
+        if faults.open:
+            name = " + ".join(sorted(faults.open))
         elif after_until is not None and ns <= after_until:
             name = f"after {after_label}"
         else:
@@ -118,12 +119,10 @@ def gpu_phases(ops: Iterable[Op], after_heal_s: float = 15.0,
             t0 = op.time_ns
         v = op.value if isinstance(op.value, dict) else {}
         if op.process == NEMESIS:
-            key = f"{v.get('kind')}@{v.get('target')}"
-            if op.f == "inject" and v.get("phase") == "begin":
-                open_windows[key] = op.time_ns
-            elif op.f == "heal" and v.get("phase") == "end" and key in open_windows:
-                open_windows.pop(key)
-                after_until, after_label = op.time_ns + int(after_heal_s * 1e9), key
+            change = faults.feed(op)
+            if change is not None and change.what == CLOSED:
+                after_until = op.time_ns + int(after_heal_s * 1e9)
+                after_label = change.window.key
             current(op.time_ns)
             continue
         if op.process == MONITOR:

@@ -34,14 +34,18 @@ from faults.factory import LINK_KINDS
 from faults.nemesis import FaultWindow
 from faults.schedule import FaultChoice, Step, plan_schedule
 from faults.targets import select
-from invariants import DEFAULT_CHECKERS, RunContext
+from invariants import DEFAULT_CHECKERS, RunContext, with_planted
 from invariants.base import Result
 from ordeal.config import ConfigError
-from ordeal.history import HARNESS, NEMESIS, History, Op
+from ordeal.history.ops import HARNESS, MONITOR, Op
+from ordeal.history.reader import HistoryTail
+from ordeal.history.windows import INJECTED, FaultWindows, Window
+from ordeal.history.writer import History
 from reports.run_dir import write_json_atomic
 
 from load import heap
 from load.router_watch import RouterGone
+from load.workload import WorkloadSpec
 
 STATE_NAME = "endurance.json"
 INTERIM_NAME = "interim.json"
@@ -247,8 +251,9 @@ harness_rss_mb = heap.rss_mb
 
 class Judge:
     """Judges the run while it goes, from history.jsonl as written: a thread
-    reads each new line once and feeds it to streaming checkers, so memory
-    stays bounded by the checkers' own (in-flight) state. Every
+    follows it (``HistoryTail``: each chunk once sealed and verified) and
+    feeds every op once to streaming checkers, so memory stays bounded by
+    the checkers' own (in-flight) state. Every
     ``interim_every_s`` it writes interim.json; every ``progress_every_s`` it
     prints a line; it decides the stop condition on the current segment's
     client completions. A resumed run's judge starts at the beginning of
@@ -272,9 +277,9 @@ class Judge:
             c.start(ctx)
         self.failed_checkers: dict[str, str] = {}
         self.counts: Counter[str] = Counter()
-        self.bad_lines = 0
-        self.windows: list[FaultWindow] = []
-        self.open: dict[tuple[str, str], FaultWindow] = {}
+        self.damage = 0  # damaged lines or chunks the tail reported (the final check names them)
+        self.tail = HistoryTail(self.path, on_error=self._damaged, on_note=lambda _m: None)
+        self.faults = FaultWindows(keep=self.MAX_WINDOWS)
         self.exercised: Counter[str] = Counter()
         self.gaps: list[dict[str, Any]] = []
         self.recent: deque[tuple[int, bool]] = deque()  # (time_ns, failed) of live completions
@@ -289,7 +294,6 @@ class Judge:
         if self.trace and not tracemalloc.is_tracing():
             tracemalloc.start(4)
         self._trace_base: tracemalloc.Snapshot | None = None
-        self._offset = 0
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="ordeal-judge", daemon=True)
 
@@ -298,10 +302,12 @@ class Judge:
         self._thread.start()
 
     def close(self) -> None:
-        """Read what is left, write the last interim file, stop the thread."""
+        """Stop the thread, read what is left (the writer is done: its
+        unsealed tail too), write the last interim file."""
         self._halt.set()
         self._thread.join(timeout=60)
-        self.read_new()
+        for op in self.tail.read_rest():
+            self.feed(op)
         self.write_interim()
 
     def should_stop(self) -> bool:
@@ -327,28 +333,15 @@ class Judge:
 
     # -- reading ----------------------------------------------------------------
     def read_new(self) -> int:
-        """Feed every complete line written since the last call."""
-        if not self.path.exists():
-            return 0
+        """Feed the ops of every chunk sealed since the last call."""
         n = 0
-        with self.path.open("rb") as fh:
-            fh.seek(self._offset)
-            while True:
-                raw = fh.readline()
-                if not raw.endswith(b"\n"):
-                    break  # a line still being written: read it next time
-                self._offset += len(raw)
-                try:
-                    d = json.loads(raw)
-                    if isinstance(d, dict) and "chunk" in d and "index" not in d:
-                        continue  # a chunk trailer (ordeal.history), not an op
-                    op = Op.from_dict(d)
-                except (ValueError, KeyError, TypeError):
-                    self.bad_lines += 1  # the final check names it
-                    continue
-                self.feed(op)
-                n += 1
+        for op in self.tail.read_new():
+            self.feed(op)
+            n += 1
         return n
+
+    def _damaged(self, _msg: str) -> None:
+        self.damage += 1
 
     def feed(self, op: Op) -> None:
         for c in self.checkers:
@@ -358,45 +351,16 @@ class Judge:
                 c.feed(op)
             except Exception as e:  # noqa: BLE001 - judged again at the end
                 self.failed_checkers[c.name] = f"{type(e).__name__}: {e}"
-        if op.process == NEMESIS:
-            self._nemesis(op)
-            return
+        change = self.faults.feed(op)  # a gap ends the open ones: heal-all healed them
+        if change is not None and change.what == INJECTED:
+            self.exercised[change.window.kind] += 1
         if op.process in HARNESS:
-            if op.f == "gap":
+            if op.process == MONITOR and op.f == "gap":
                 self.gaps.append(dict(op.value))
-                for w in self.open.values():  # the resumed harness healed them (heal-all)
-                    w.healed, w.note = op.wall, "healed by the resumed harness's clean-up"
-                self.open.clear()
             return
         self.counts[op.type] += 1
         if op.type != "invoke" and op.index >= self.live_from_index:
             self._stop_condition(op)
-
-    def _nemesis(self, op: Op) -> None:
-        kind, target = op.value.get("kind"), op.value.get("target")
-        if not kind:
-            return
-        key = (str(kind), str(target))
-        phase = op.value.get("phase")
-        if op.f == "inject" and phase == "begin":
-            w = FaultWindow(str(kind), str(target))
-            self.open[key] = w
-            if len(self.windows) < self.MAX_WINDOWS:
-                self.windows.append(w)
-        elif op.f == "inject" and phase in ("end", "refused"):
-            w = self.open.get(key)
-            if w is not None:
-                if op.error or phase == "refused":
-                    w.error = op.error or "refused"
-                else:
-                    w.injected = op.wall
-                    self.exercised[str(kind)] += 1
-        elif op.f == "heal" and phase == "end":
-            w = self.open.pop(key, None)
-            if w is not None:
-                w.healed = op.wall
-                if op.error:
-                    w.error = (w.error or "") + f" heal: {op.error}"
 
     def _stop_condition(self, op: Op) -> None:
         stop = self.plan.stop
@@ -442,7 +406,7 @@ class Judge:
         results = self.results()
         false = [r.name for r in results if r.valid is False]
         elapsed, total = self.elapsed_s(), self.plan.run_s
-        active = ", ".join(f"{k} on {t}" for k, t in self.open) or "none"
+        active = ", ".join(f"{w.kind} on {w.target}" for w in self.faults.open.values()) or "none"
         unknown = sum(1 for r in results if r.valid not in (True, False))
         verdict = (f"FALSE: {', '.join(false)}" if false else
                    f"none false ({len(results) - unknown} true, {unknown} not yet judged)")
@@ -472,9 +436,10 @@ class Judge:
         write_json_atomic(self.run_dir / INTERIM_NAME, {
             "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "elapsed_s": round(self.elapsed_s(), 1), "run_s": self.plan.run_s,
-            "ops": dict(self.counts), "active_faults": [list(k) for k in self.open],
+            "ops": dict(self.counts),
+            "active_faults": [[w.kind, w.target] for w in self.faults.open.values()],
             "kinds_exercised": dict(self.exercised), "stop_reason": self.stop_reason,
-            "harness_rss_mb": self.rss[-20:], "unreadable_lines": self.bad_lines,
+            "harness_rss_mb": self.rss[-20:], "history_damage": self.damage,
             "invariants": [r.to_dict() for r in self.results()],
             "threads": threading.active_count(), "heap": self.heap,
             **(self.trace_report() if self.trace else {})})
@@ -501,10 +466,21 @@ class Judge:
         return {"plan": self.plan.to_dict(), "segments": state.segments, "gaps": self.gaps,
                 "kinds_exercised": dict(self.exercised), "kinds_missing": missing,
                 "stopped": self.stop_reason, "harness_rss_mb": self.rss,
-                "faults_total": len(self.windows)}
+                "faults_total": len(self.faults.windows)}
 
     def fault_windows(self) -> list[dict[str, Any]]:
-        return [asdict(w) for w in self.windows]
+        """summary.json's ``faults``: the windows as the nemesis records them."""
+        return [asdict(summary_window(w)) for w in self.faults.windows]
+
+
+def summary_window(w: Window) -> FaultWindow:
+    """A window of the history as a summary's fault (``faults.nemesis``);
+    the action results stay in the history."""
+    error = w.inject_error
+    if w.heal_error:
+        error = (error or "") + f" heal: {w.heal_error}"
+    return FaultWindow(w.kind, w.target, injected=w.injected_wall, healed=w.end_wall, error=error,
+                       note="healed by the resumed harness's clean-up" if w.ended_by_gap else None)
 
 
 def settled_so_far(r: Result) -> Result:
@@ -586,10 +562,6 @@ def run_endurance(run: Any, state: EnduranceState, say: Callable[[str], None],
     OrdealRun), judged live, then judge the whole history once more.
     ``checkers`` makes a fresh checker list (the default: every checker of the
     run's engine, with planted corruption judged as detection)."""
-    from invariants import with_planted
-
-    from load.workload import WorkloadSpec
-
     engine = getattr(run, "engine", None)  # the cluster's engine: its own checkers
     make = checkers or (lambda: with_planted(engine.checkers() if engine is not None
                                              else [c() for c in DEFAULT_CHECKERS]))
@@ -607,7 +579,7 @@ def run_endurance(run: Any, state: EnduranceState, say: Callable[[str], None],
         say(f"  {fmt_s(s.at_s + position_s)}  {s.kind} on {s.target} {s.params or ''}")
     if len(injects) > 40:
         say(f"  ... and {len(injects) - 40} more (endurance.json has them all)")
-    ctx = RunContext(run_id=run.run_id, extra=dict(run.context_extra))
+    ctx = RunContext(run_id=run.run_id, settings=run.checker_settings)
     judge = Judge(run.run_dir.history_path, run.run_dir.path, plan, ctx, say,
                   live_from_index=first_index, position_s=position_s, checkers=make())
     judge.start()
@@ -622,6 +594,10 @@ def run_endurance(run: Any, state: EnduranceState, say: Callable[[str], None],
     except RouterGone as e:
         gone = e  # stopped and healed; judge what was written, then raise it
     finally:
+        try:
+            run.history.flush()  # seal the last chunk before the judge reads the rest
+        except OSError:
+            pass  # the disk is full: the judge reads that chunk unsealed
         judge.close()
         say(judge.progress_line())
     if gone is not None and judge.stop_reason is None:

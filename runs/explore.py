@@ -34,10 +34,13 @@ from faults.factory import build_faults
 from faults.heal_all import heal_entry
 from faults.ledger import Ledger
 from faults.schedule import Step
-from invariants import HealthTruthful, NoSilentLoss, Result, RunContext, StreamWellFormed
+from invariants import (CheckerSettings, HealthTruthful, NoSilentLoss, Result, RunContext,
+                        StreamWellFormed)
 from invariants.base import check_all
 from ordeal.config import ConfigError
-from ordeal.history import NEMESIS, History, read_history
+from ordeal.history.ops import NEMESIS
+from ordeal.history.reader import read_history
+from ordeal.history.writer import History
 
 from load.monitor import Monitor
 from engines.registry import engine_for
@@ -50,7 +53,7 @@ CHECKERS = (HealthTruthful, NoSilentLoss, StreamWellFormed)
 #: Examples are short, so a stall of 4 s (not the default 10 s) already counts
 #: as a lie: a replica of the tiny model that makes progress moves its token
 #: counter every ~0.05 s here, and a hung or cut one does not answer /health.
-CHECKER_EXTRA: dict[str, Any] = {"health_stall_s": 4.0}
+EXPLORE_SETTINGS = CheckerSettings(health_stall_s=4.0)
 #: The steady load of every example and of a replay: four clients in a
 #: closed loop with long generations keep each of two replicas generating
 #: all the time. That matters because vLLM's running/waiting gauges are
@@ -78,7 +81,7 @@ class SavedSchedule:
     steps: list[Step]
     seed: int = 0  # schedule_seed for OrdealRun.load (targets are names: unused)
     workload: dict[str, Any] = field(default_factory=lambda: dict(EXPLORE_WORKLOAD))
-    checker_extra: dict[str, Any] = field(default_factory=lambda: dict(CHECKER_EXTRA))
+    checker_settings: CheckerSettings = EXPLORE_SETTINGS
     broke: list[str] = field(default_factory=list)  # invariants it made false
     program: list[dict[str, Any]] = field(default_factory=list)  # the rules, for people
     note: str = ""
@@ -86,7 +89,7 @@ class SavedSchedule:
     def to_dict(self) -> dict[str, Any]:
         return {"format": "ordeal-schedule", "version": FORMAT_VERSION, "note": self.note,
                 "broke": self.broke, "seed": self.seed, "workload": self.workload,
-                "checker_extra": self.checker_extra, "program": self.program,
+                "checker_extra": self.checker_settings.overrides(), "program": self.program,
                 "steps": [s.to_dict() for s in self.steps]}
 
 
@@ -153,8 +156,12 @@ def load_schedule(path: Path) -> SavedSchedule:
         workload_spec(workload)
     except (TypeError, ConfigError) as e:
         raise ScheduleFileError(f"{path}: field 'workload' is not a WorkloadSpec: {e}") from None
-    return SavedSchedule(steps, _need(doc, "seed", int, str(path)), workload,
-                         dict(_need(doc, "checker_extra", dict, str(path))),
+    try:
+        settings = CheckerSettings.from_overrides(_need(doc, "checker_extra", dict, str(path)),
+                                                  f"{path}: field 'checker_extra'")
+    except ConfigError as e:
+        raise ScheduleFileError(str(e)) from None
+    return SavedSchedule(steps, _need(doc, "seed", int, str(path)), workload, settings,
                          list(_need(doc, "broke", list, str(path))),
                          list(doc.get("program", [])), str(doc.get("note", "")))
 
@@ -179,7 +186,7 @@ def replay(run: Any, saved: SavedSchedule, after_heal_s: float = 5.0) -> list[Re
     # of the 4 s stall bound in 1 of 3 tries.
     run.load(spec, schedule=saved.steps, schedule_seed=saved.seed, after_heal_s=after_heal_s,
              max_s=last + after_heal_s + 60.0, monitor_interval_s=MONITOR_S)
-    return run.check(checkers=[c() for c in CHECKERS], extra=saved.checker_extra)
+    return run.check(checkers=[c() for c in CHECKERS], settings=saved.checker_settings)
 
 
 def broken(results: Sequence[Result]) -> list[str]:
@@ -319,7 +326,7 @@ class ExampleHarness:
         damaged: list[str] = []
         results = check_all([c() for c in CHECKERS],
                             read_history(self.history_path, on_error=damaged.append),
-                            RunContext(run_id=self.run_id, extra=CHECKER_EXTRA))
+                            RunContext(run_id=self.run_id, settings=EXPLORE_SETTINGS))
         if not final:
             for i, r in enumerate(results):
                 if r.name == "no_silent_loss" and r.valid is False:
@@ -376,9 +383,10 @@ async def _cancel_all() -> None:
 
 def heal_leftovers(ledger: Ledger, run_id: str) -> list[str]:
     """Heal ledger entries of this run only (another engineer's run on the
-    same machine keeps its own faults): faults.heal_all's healer per entry."""
+    same machine keeps its own faults): faults.heal_all's healer per entry,
+    newest injection first."""
     lines = []
-    for entry in ledger.pending():
+    for entry in reversed(ledger.pending()):
         if isinstance(entry, str) or entry.run_id != run_id:
             continue
         lines.append(heal_entry(entry))

@@ -72,9 +72,8 @@ class Exploration:
     examples: int = 0
     failures: list[SavedSchedule] = field(default_factory=list)
     # Examples that broke an invariant before injecting any fault: not a
-    # finding of the schedule (seen in CI: a burst right after the previous
-    # example's 10 s engine pause, never reproduced by replays), kept and
-    # reported, never shrunk as one.
+    # finding of the schedule (the previous example's fault may still echo),
+    # kept and reported, never shrunk as one.
     unattributed: list[dict[str, Any]] = field(default_factory=list)
 
     def live(self) -> bool:

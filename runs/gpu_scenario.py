@@ -39,8 +39,8 @@ from faults.process_pause import ProcessPause
 from invariants import (Availability, CountersMonotonic, ErrorRate, Goodput, LatencySLO,
                         LeakBound, NoSilentLoss, Recovery, RestartReadiness)
 from invariants.gpu import GpuMemoryBack, ThrottleExplained
-from invariants.slo import SLOTargets
-from ordeal.history import read_history
+from invariants.settings import CheckerSettings, SLOTargets
+from ordeal.history.reader import read_history
 from ordeal.topology import Endpoint
 from reports.gpu import gpu_phases, throttle_effect
 from reports.run_dir import RunDir
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(drive(run, node, spec, plan, backend, args.monitor_interval))
         run.check([NoSilentLoss(), LatencySLO(), Goodput(), ErrorRate(), Availability(),
                    Recovery(), RestartReadiness(), CountersMonotonic(), LeakBound(),
-                   GpuMemoryBack(), ThrottleExplained()], extra={"slo": slo})
+                   GpuMemoryBack(), ThrottleExplained()], settings=CheckerSettings(slo=slo))
         phases = gpu_phases(read_history(run_dir.history_path), plan.after_heal_s)
         run.summary_extra["gpu"] = phases
         run.summary_extra["gpu_throttle_effect"] = throttle_effect(phases["phases"])

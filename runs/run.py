@@ -21,9 +21,11 @@ from faults.factory import build_faults
 from faults.ledger import Ledger
 from faults.nemesis import FaultWindow, inject_then_heal, run_schedule
 from faults.schedule import Step
-from invariants import Result, RunContext
+from invariants import CheckerSettings, Result, RunContext
 from invariants.base import check_all
-from ordeal.history import MONITOR, NEMESIS, History, Op, read_history, utc_iso
+from ordeal.history.ops import MONITOR, NEMESIS, Op, utc_iso
+from ordeal.history.reader import read_history
+from ordeal.history.writer import History
 from reports.html import render_report
 from reports.run_dir import RunDir
 from reports.summary import build_summary
@@ -60,7 +62,7 @@ class OrdealRun:
         self.workload: WorkloadSpec | None = None
         self.errors: list[str] = []
         self.summary: dict[str, Any] | None = None
-        self.context_extra: dict[str, Any] = {}  # set by the plugin: SLO targets
+        self.checker_settings = CheckerSettings()  # set by the plugin: SLO targets etc.
         self.drain_s = 3.0  # wait after the load before the drained sample
         self.schedule: list[dict[str, Any]] = []
         self.summary_extra: dict[str, Any] = {}  # keys a suite adds to summary.json
@@ -227,12 +229,13 @@ class OrdealRun:
             raise RouterGone(gone[0])
 
     def check(self, checkers: Sequence[Any] | None = None,
-              extra: dict[str, Any] | None = None) -> list[Result]:
+              settings: CheckerSettings | None = None) -> list[Result]:
         """Run checkers over history.jsonl as written: each one streams the
-        file, so memory stays flat however long the run was. ``extra`` goes to
-        the checkers' RunContext (SLO targets, determinism tolerance)."""
+        file, so memory stays flat however long the run was. ``settings``
+        (default: the run's ``checker_settings``) go to the checkers' RunContext."""
         self.history.flush()
-        ctx = RunContext(run_id=self.run_id, extra={**self.context_extra, **(extra or {})})
+        ctx = RunContext(run_id=self.run_id,
+                         settings=self.checker_settings if settings is None else settings)
         chosen = checkers if checkers is not None else self.engine.checkers()
         damaged: list[str] = []
         counts = ClientCounts()

@@ -21,7 +21,8 @@ from faults.catalogue import BACKEND_KINDS
 from faults.schedule import Step
 from invariants.histogram import LatencyHistogram
 from invariants.requests import STEADY, Request, RequestPairer, Timeline
-from ordeal.history import MONITOR, NEMESIS, read_history
+from ordeal.history.ops import MONITOR
+from ordeal.history.reader import read_history
 
 from runs.run import OrdealRun
 from load.workload import WorkloadSpec
@@ -91,10 +92,7 @@ def split_by_phase(history_path: Any, after_heal_s: float,
     timeline = Timeline(after_heal_s)
     pairer = RequestPairer(timeline)
     phases = {p: PhaseStats() for p in PHASES}
-    healing = False
     for op in read_history(history_path):
-        if op.process == NEMESIS and op.f == "heal":
-            healing = op.value.get("phase") == "begin"
         if op.process == MONITOR and op.f == "sample":
             phase = timeline.phase_at(op.time_ns)[0]
             node = op.value.get("node", "?")
@@ -104,7 +102,7 @@ def split_by_phase(history_path: Any, after_heal_s: float,
         if req is None or (keep_f is not None and not keep_f(req.invoke.f)):
             continue
         for s in [phases[req.phase]] + ([phases["hold"]] if req.phase == "fault"
-                                         and not healing else []):
+                                         and not timeline.faults.healing else []):
             _count(s, req)
     return phases
 

@@ -39,8 +39,7 @@ def test_endurance(ordeal_config, ordeal_cluster, ordeal_say):
         save_state(run_dir.path, state)
         history, position_s, first_index = None, 0.0, 0
     run = OrdealRun(run_dir, "endurance", ordeal_cluster, ordeal_say, history=history)
-    run.context_extra = {"slo": ordeal_config.slo,
-                         "determinism_prefix_tokens": ordeal_config.determinism_prefix_tokens}
+    run.checker_settings = ordeal_config.checker_settings
     error = None
     try:
         judge = run_endurance(run, state, ordeal_say, position_s, first_index)

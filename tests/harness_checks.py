@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ordeal.history import HARNESS, Op, read_history
+from ordeal.history.ops import HARNESS, Op
+from ordeal.history.reader import read_history
 
 LATENCY_KEYS = ("ttft_ms", "e2e_ms", "tpot_ms", "itl_ms", "itl_max_ms")
 

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from faults.base import FaultError
-from faults.safety import ALLOWED_NETWORKS, allowed, require_ours
+from faults.safety import require_ours
 from load.workload import WorkloadRunner, WorkloadSpec, url_endpoint
-from ordeal.history import History, read_history
+from ordeal.history.reader import read_history
+from ordeal.history.writer import History
+from ordeal.ownership import SESSION_NETWORKS, NotOurs
 from ordeal.topology import Endpoint
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,18 +36,17 @@ def test_loopback_is_allowed_and_a_named_network_only_while_named(tmp_path):
     history = History(tmp_path / "history.jsonl")
     for url in ("http://127.0.0.1:8000", "http://localhost:9", "http://[::1]:8000"):
         WorkloadRunner(WorkloadSpec(duration_s=1.0), url, history)  # no error
-    before = list(ALLOWED_NETWORKS)
-    with allowed(["10.20.30.0/24"]) as added:
-        assert added == ["10.20.30.0/24"]
+    before = SESSION_NETWORKS.networks
+    with SESSION_NETWORKS.allow("10.20.30.7/24") as allowance:
+        assert str(allowance.net) == "10.20.30.0/24"
         require_ours(url_endpoint("http://10.20.30.40:8000"), "load")
         with pytest.raises(FaultError, match="refusing to touch 10.20.31.1"):
             require_ours(Endpoint("10.20.31.1", 80), "network_partition")
-    assert ALLOWED_NETWORKS == before
+    assert SESSION_NETWORKS.networks == before
     with pytest.raises(FaultError, match="refusing to touch 10.20.30.40"):
         require_ours(Endpoint("10.20.30.40", 8000), "network_partition")
-    with pytest.raises(FaultError, match="not a network"):
-        with allowed(["10.20.30.0/33"]):
-            pass
+    with pytest.raises(NotOurs, match="not a network"):
+        SESSION_NETWORKS.allow("10.20.30.0/33")
     history.close()
 
 

@@ -21,7 +21,8 @@ from faults.ledger import Ledger
 from faults.proxy.client import ProxyClient
 from runs.run import OrdealRun, PlannedFault
 from load.workload import WorkloadSpec
-from ordeal.history import History, HistoryWriteError, read_history
+from ordeal.history.reader import read_history
+from ordeal.history.writer import History, HistoryWriteError
 from reports.run_dir import RunDir
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,

@@ -27,7 +27,7 @@ from faults import cgroup
 from faults.base import FaultError
 from faults.clock_drift import ClockDrift
 from faults.gpu_throttle import GpuThrottle
-from faults.containers import RUN_LABEL, docker_client
+from faults.containers import CLUSTER_LABEL, docker_client
 from faults.iptables import chain_exists, list_chains
 from faults.ledger import Ledger
 from faults.network_latency import NetworkLatency
@@ -38,9 +38,9 @@ from faults.process_pause import ProcessPause
 from clusters.docker import DockerCluster, DockerError, unavailable_reason
 from engines.vllm.model import TinyModel
 from load.monitor import node_journal, sample_node
-from nodes.process import reap_leftovers
 from engines.vllm.nodes import SERVED_MODEL_NAME
 from ordeal.config import ClusterSpec
+from ordeal.ownership import reap_leftovers
 from ordeal.procfs import state as proc_state
 from ordeal.topology import NodeNotReady
 
@@ -93,7 +93,7 @@ def test_the_cluster_runs_in_labelled_containers_without_capabilities(cluster):
     for node in cluster.nodes:
         attrs = client.api.inspect_container(node.container_id)
         assert attrs["State"]["Running"], node.name
-        assert attrs["Config"]["Labels"][RUN_LABEL] == RUN
+        assert attrs["Config"]["Labels"][CLUSTER_LABEL] == RUN
         assert attrs["HostConfig"]["CapDrop"] == ["ALL"] and not attrs["HostConfig"]["Privileged"]
         assert node.endpoint.host in [str(h) for h in cluster.subnet.hosts()]
     assert {x["fingerprint"].split("-")[0] for x in described["nodes"]} == {"vllm"}
@@ -237,7 +237,7 @@ def test_a_missing_image_is_a_clear_error_before_anything_is_made(tmp_path):
     with pytest.raises(DockerError, match="is not in this Docker engine .*docker load"):
         c.start()
     c.stop()
-    assert docker_client().containers.list(all=True, filters={"label": f"{RUN_LABEL}=dockermissing"}) == []
+    assert docker_client().containers.list(all=True, filters={"label": f"{CLUSTER_LABEL}=dockermissing"}) == []
 
 
 def test_a_container_that_exits_at_start_says_why(tmp_path):
@@ -253,7 +253,7 @@ def test_a_container_that_exits_at_start_says_why(tmp_path):
             pass
     text = str(err.value)
     assert "replica-0" in text and "exited with code" in text and "docker logs" in text, text
-    assert docker_client().containers.list(all=True, filters={"label": f"{RUN_LABEL}=dockerexit"}) == []
+    assert docker_client().containers.list(all=True, filters={"label": f"{CLUSTER_LABEL}=dockerexit"}) == []
 
 
 def test_no_docker_engine_is_a_clear_error_not_a_stack_trace(tmp_path):
@@ -302,7 +302,7 @@ def test_a_sigkilled_harness_leaves_nothing_after_heal_all(tmp_path):
         container = line.split()[1]
         child.send_signal(signal.SIGKILL)
         child.wait(10)
-        left = client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run}"})
+        left = client.containers.list(all=True, filters={"label": f"{CLUSTER_LABEL}={run}"})
         assert container in [c.id for c in left] and len(left) == 2  # replica and router
     finally:
         if child.poll() is None:
@@ -311,9 +311,10 @@ def test_a_sigkilled_harness_leaves_nothing_after_heal_all(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "healed network_partition" in done.stdout and "removed leftover container" in done.stdout
-    assert client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run}"}) == []
-    assert client.networks.list(filters={"label": f"{RUN_LABEL}={run}"}) == []
+    # The fault proxy was a host process of the dead harness: heal-all ends
+    # it too, by its recorded group (ordeal.ownership), before it heals.
+    assert "leftover process(es) of fault-proxy" in done.stdout, done.stdout
+    assert client.containers.list(all=True, filters={"label": f"{CLUSTER_LABEL}={run}"}) == []
+    assert client.networks.list(filters={"label": f"{CLUSTER_LABEL}={run}"}) == []
     assert Ledger().pending() == []
-    # The fault proxy was a host process of the dead harness: the next
-    # suite start ends it by its recorded group (nodes.process).
-    assert any("fault-proxy" in line for line in reap_leftovers())
+    assert reap_leftovers() == []

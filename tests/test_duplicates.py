@@ -4,9 +4,9 @@ id. Planted duplicates are caught; legitimate retries are only counted."""
 import json
 
 from ordeal.journal import JournalTail
-from invariants import RunContext
+from invariants import CheckerSettings, RunContext
 from invariants.duplicates import NoDuplicateExecution
-from ordeal.history import Op
+from ordeal.history.ops import Op
 
 S = 1_000_000_000
 
@@ -49,7 +49,7 @@ def test_retry_after_a_cut_attempt_is_counted_not_judged():
 
 
 def test_ids_are_forgotten_after_the_window_so_memory_stays_bounded():
-    ctx = RunContext(extra={"duplicate_window_s": 60})
+    ctx = RunContext(settings=CheckerSettings(duplicate_window_s=60))
     c = NoDuplicateExecution()
     c.start(ctx)
     for i in range(1000):

@@ -13,7 +13,8 @@ from runs.endurance import (CATALOGUE, EndurancePlan, EnduranceState, Judge, Sto
                                 kinds_option, load_state, remaining_steps, save_state)
 from invariants import RunContext
 from ordeal.config import ConfigError
-from ordeal.history import MONITOR, NEMESIS, History
+from ordeal.history.ops import MONITOR, NEMESIS
+from ordeal.history.writer import History
 
 ALL = tuple(c.kind for c in CATALOGUE)
 
@@ -111,7 +112,7 @@ def requests(h: History, n: int, kind: str, start: int = 0) -> None:
 
 def test_the_stop_condition_needs_the_limit_crossed_for_the_whole_grace(tmp_path, monkeypatch):
     clock = iter(range(0, 10**15, 10**9))  # one second per op
-    monkeypatch.setattr("ordeal.history.time.monotonic_ns", lambda: next(clock))
+    monkeypatch.setattr("ordeal.history.writer.time.monotonic_ns", lambda: next(clock))
     judge, h = judge_on(tmp_path, StopCondition(max_error_rate=0.5, window_s=20, grace_s=30))
     requests(h, 15, "ok")
     requests(h, 12, "fail", 100)  # 24 s of failures: crossed, but not for 30 s
@@ -186,10 +187,10 @@ def test_a_gap_ends_open_windows_and_its_cut_requests_are_not_judged(tmp_path):
     h.append("invoke", 2, "completions", {"seq": 2})
     h.append("ok", 2, "completions", {"seq": 2})
     h.close()
-    from ordeal.history import read_history
+    from ordeal.history.reader import read_history
     timeline = Timeline(after_s=30)
     pairer = RequestPairer(timeline)
     got = [r for r in (pairer.feed(op) for op in read_history(tmp_path / "h.jsonl")) if r]
     assert [(r.invoke.process, r.phase) for r in got] == [(1, "fault"), (2, "steady")]
     [w] = timeline.windows
-    assert w.end_ns is not None and w.heal_value["healed_by"]
+    assert w.end_ns is not None and w.ended_by_gap

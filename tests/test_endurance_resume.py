@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 
 from faults.ledger import Ledger
-from nodes.process import reap_leftovers
-from ordeal.history import HARNESS, NEMESIS, read_history
+from ordeal.history.ops import HARNESS, NEMESIS
+from ordeal.history.reader import read_history
+from ordeal.ownership import reap_leftovers
 
 REPO = Path(__file__).resolve().parent.parent
 KINDS = "network_latency,clock_drift"

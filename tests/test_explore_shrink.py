@@ -62,7 +62,7 @@ def test_an_exploration_finds_shrinks_and_replays_a_failure(ordeal_cluster, orde
     assert "health_truthful" in minimal.broke
     assert len(minimal.steps) <= 4, minimal.steps  # "at most a few steps"
     # smallest() orders by fault steps first, then rules: a 2-step reproducer
-    # may take one more wait rule than a 4-step first failure (seen in CI).
+    # may take one more wait rule than a 4-step first failure.
     assert (len(minimal.steps), len(minimal.program)) <= (len(first.steps), len(first.program))
     assert [s.kind for s in minimal.steps] == ["process_pause"] * len(minimal.steps)
 

@@ -15,9 +15,12 @@ import pytest
 from load.gpu_telemetry import GpuTelemetry, reading_value
 from load.monitor import Monitor
 from invariants.base import RunContext
+from invariants.settings import CheckerSettings, SLOTargets
 from invariants.gpu import GpuMemoryBack
 from ordeal.gpu import is_slowdown, reason_names
-from ordeal.history import History, Op, read_history
+from ordeal.history.ops import Op
+from ordeal.history.reader import read_history
+from ordeal.history.writer import History
 from reports.gpu import gpu_phases, throttle_effect
 from reports.html import render_report
 from reports.run_dir import RunDir
@@ -83,9 +86,9 @@ def test_gpu_phases_show_the_throttle_its_effect_and_the_recovery():
     assert eff[0]["before"]["ttft_ms_p50"] == 5.0 and eff[0]["after"]["ttft_ms_p50"] == 6.0
 
 
-def run_checker(ops, **extra):
+def run_checker(ops, **settings):
     c = GpuMemoryBack()
-    c.start(RunContext(run_id="t", extra=extra))
+    c.start(RunContext(run_id="t", settings=CheckerSettings(**settings)))
     for op in ops:
         c.feed(op)
     return c.result()
@@ -186,13 +189,12 @@ def test_monitor_records_gpu_readings_per_round(tmp_path):
     assert run_checker(ops).valid is True
 
 
-def run_explained(ops, **extra):
+def run_explained(ops, **settings):
     from invariants.gpu import ThrottleExplained
-    from invariants.slo import SLOTargets
 
     c = ThrottleExplained()
-    c.start(RunContext(run_id="t", extra={"slo": SLOTargets(ttft_ms=20.0, after_heal_s=2.0),
-                                          **extra}))
+    c.start(RunContext(run_id="t", settings=CheckerSettings(
+        slo=SLOTargets(ttft_ms=20.0, after_heal_s=2.0), **settings)))
     for op in ops:
         c.feed(op)
     return c.result()

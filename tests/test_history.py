@@ -1,5 +1,6 @@
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -12,7 +13,9 @@ import pytest
 
 from invariants.base import RunContext
 from invariants.no_silent_loss import NoSilentLoss
-from ordeal.history import GAP_ERROR, History, HistoryError, Op, read_history
+from ordeal.history.ops import Op
+from ordeal.history.reader import HistoryError, HistoryTail, read_history
+from ordeal.history.writer import GAP_ERROR, History
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -267,7 +270,7 @@ def test_an_idle_chunk_is_sealed_within_the_flush_interval(tmp_path):
 
 def test_a_history_left_open_is_sealed_at_exit(tmp_path):
     path = tmp_path / "h.jsonl"
-    code = ("import sys; sys.path.insert(0, sys.argv[2]); from ordeal.history import History; "
+    code = ("import sys; sys.path.insert(0, sys.argv[2]); from ordeal.history.writer import History; "
             "h = History(sys.argv[1], flush_interval=3600); h.append('invoke', 1, 'x')")
     subprocess.run([sys.executable, "-c", code, str(path), str(ROOT)], check=True, timeout=60)
     problems = []
@@ -319,7 +322,7 @@ def test_a_second_writer_is_refused(tmp_path):
 CHILD = r"""
 import sys, time
 sys.path.insert(0, sys.argv[2])
-from ordeal.history import History
+from ordeal.history.writer import History
 h = History(sys.argv[1], flush_interval=3600, chunk_max_ops=25)
 for i in range(100):  # 200 ops: 8 sealed chunks
     h.append("invoke", i, "completions", {"seq": i, "request_id": f"r-{i}"})
@@ -418,3 +421,101 @@ def test_resume_of_a_closed_history_continues_its_numbers(tmp_path):
     problems = []
     assert [o.index for o in read_history(path, on_error=problems.append)] == list(range(21))
     assert problems == []
+
+
+# -- following a growing history (HistoryTail) -------------------------------------
+
+
+def test_the_tail_yields_each_chunk_once_it_is_sealed(tmp_path):
+    path = tmp_path / "h.jsonl"
+    tail = HistoryTail(path)
+    assert list(tail.read_new()) == []  # no file yet
+    h = History(path, flush_interval=3600, chunk_max_ops=4)
+    for i in range(3):
+        h.append("invoke", i, "x")
+    assert list(tail.read_new()) == []  # written, not sealed: not verified yet
+    h.append("invoke", 3, "x")  # the fourth op seals the chunk
+    assert [o.index for o in tail.read_new()] == [0, 1, 2, 3]
+    h.append("ok", 0, "x")
+    assert list(tail.read_new()) == []
+    h.flush()
+    assert [o.index for o in tail.read_new()] == [4]
+    assert list(tail.read_new()) == []  # each op once
+    h.append("ok", 1, "x")
+    h.close()
+    assert [o.index for o in tail.read_rest()] == [5]
+    assert list(tail.read_rest()) == []
+
+
+def grown(path, data, cuts):
+    """Write ``data`` to ``path`` in the pieces ``cuts`` makes (mid-line too),
+    reading the tail after each piece; then the rest, as a finished writer."""
+    problems = []
+    tail = HistoryTail(path, on_error=problems.append)
+    ops = []
+    path.write_bytes(b"")
+    for at in [*sorted(cuts), len(data)]:
+        with path.open("r+b") as f:
+            f.seek(0, os.SEEK_END)
+            f.write(data[f.tell():at])
+        ops += tail.read_new()
+    ops += tail.read_rest()
+    return ops, problems
+
+
+def test_the_tail_reads_a_growing_file_exactly_as_read_history(tmp_path):
+    """Cut anywhere, a damaged chunk among them and a torn last line: the
+    tail yields the same ops, and reports the same damage in the same words."""
+    path = tmp_path / "h.jsonl"
+    lines = chunked(path)
+    s, _ = chunk_spans(lines)[2]
+    lines[s + 3] = lines[s + 3].replace(b'"seq":', b'"seq": ')  # chunk 2 altered
+    extra = [Op(i, 5, "w", "invoke", i, "x").to_json().encode() + b"\n" for i in (50, 51)]
+    data = b"".join(lines + extra) + b'{"index":52,"ti'
+    path.write_bytes(data)
+    want_problems = []
+    want = list(read_history(path, on_error=want_problems.append))
+    assert len(want_problems) == 3  # chunk 2, the torn line, the unsealed note
+    rng = random.Random(7)
+    for cuts in ([], [1, 2, 3], range(0, len(data), 97), rng.sample(range(len(data)), 40),
+                 [len(lines[0]) - 1, len(lines[0]) + 5]):
+        got, problems = grown(path, data, cuts)
+        assert got == want and problems == want_problems, cuts
+
+
+def test_a_damaged_chunk_stops_a_tail_without_on_error_as_it_stops_read_history(tmp_path):
+    path = tmp_path / "h.jsonl"
+    lines = chunked(path)
+    s, _ = chunk_spans(lines)[1]
+    lines[s] = lines[s].replace(b'"seq":', b'"seq": ')
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(HistoryError) as by_reader:
+        list(read_history(path))
+    tail = HistoryTail(path)
+    got = []
+    with pytest.raises(HistoryError) as by_tail:
+        for op in tail.read_new():
+            got.append(op.index)
+    assert str(by_tail.value) == str(by_reader.value)
+    assert "chunk 1" in str(by_tail.value) and got == list(range(10))
+
+
+def test_the_tail_leaves_a_line_being_written_and_names_a_torn_one(tmp_path):
+    path = tmp_path / "h.jsonl"
+    lines = chunked(path, n=20, per=10)
+    trailer = lines.pop()  # chunk 1's trailer, being written
+    path.write_bytes(b"".join(lines) + trailer[:7])
+    problems = []
+    tail = HistoryTail(path, on_error=problems.append)
+    assert [o.index for o in tail.read_new()] == list(range(10))
+    assert problems == []  # half a line is not damage while the writer may finish it
+    with path.open("ab") as f:
+        f.write(trailer[7:])
+    assert [o.index for o in tail.read_new()] == list(range(10, 20)) and problems == []
+    with path.open("ab") as f:  # the writer died mid-line
+        f.write(Op(20, 5, "w", "invoke", 20, "x").to_json().encode() + b"\n" + b'{"index":21,')
+    assert list(tail.read_new()) == []
+    assert [o.index for o in tail.read_rest()] == [20]
+    want = []
+    assert [o.index for o in read_history(path, on_error=want.append)] == list(range(21))
+    assert problems == want and "torn final line" in problems[0]

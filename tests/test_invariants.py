@@ -1,6 +1,6 @@
 """Every checker catches a planted violation and passes a clean history."""
 
-from ordeal.history import Op
+from ordeal.history.ops import Op
 from invariants import NoSilentLoss, RunContext, StreamWellFormed, merge_valid, run_checker
 
 CTX = RunContext(run_id="t")

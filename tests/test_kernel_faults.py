@@ -599,7 +599,7 @@ def test_a_sigkilled_harness_leaves_nothing_after_heal_all(kind, replica):
         child.wait(timeout=10)
         # The harness is gone; the fault is not, and the ledger knows it.
         [entry] = Ledger().pending()
-        assert entry.id == fault_id and entry.kind == kind and entry.owner_pid == child.pid
+        assert entry.id == fault_id and entry.kind == kind and entry.owner.pid == child.pid
         if kind == "process_pause":
             assert set(states(pids).values()) == {"T"}
         else:

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from faults.base import REGISTRY, Fault, PrivilegeError
-from faults.catalogue import KINDS
+from faults.base import Fault, PrivilegeError
+from faults.catalogue import KINDS, REGISTRY
 
 REPO = Path(__file__).resolve().parent.parent
 CHILD = Path(__file__).resolve().parent / "privilege_child.py"
@@ -75,7 +75,8 @@ def test_a_root_fault_is_refused_with_what_to_do(monkeypatch, tmp_path):
             touched.append("act")
             return {}
 
-        def _undo(self):
+        @classmethod
+        def undo(cls, entry):
             return {}
 
     ledger = Ledger(tmp_path / "ledger")

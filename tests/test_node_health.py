@@ -4,7 +4,7 @@ import pytest
 
 from load.metrics import MetricsParseError, parse_metrics
 from invariants import CountersMonotonic, HealthTruthful, LeakBound, RunContext
-from ordeal.history import Op
+from ordeal.history.ops import Op
 
 S = 1_000_000_000
 

@@ -13,7 +13,9 @@ from invariants import (
     with_planted,
 )
 from invariants.base import check_all
-from ordeal.history import NEMESIS, History, read_history
+from ordeal.history.ops import NEMESIS
+from ordeal.history.reader import read_history
+from ordeal.history.writer import History
 
 CTX = RunContext(run_id="t")
 MEANT = ("stream_wellformed", "usage_matches_tokens", "canary_determinism")

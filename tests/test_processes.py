@@ -13,15 +13,16 @@ import pytest
 
 from conftest import pids_alive
 from nodes.ports import free_ports
-from nodes.process import ManagedProcess, group_members, reap_leftovers
+from nodes.process import ManagedProcess, group_members
 from nodes.local import LocalNode
+from ordeal.ownership import reap_leftovers
 from ordeal.topology import Endpoint, NodeNotReady
 
 
-def node(tmp_path, argv_for_port, name="n0", run_id="run-a"):
+def node(tmp_path, argv_for_port, name="n0", cluster_id="cluster-a"):
     port = free_ports(1)[0]
     argv = argv_for_port(port) if callable(argv_for_port) else argv_for_port
-    proc = ManagedProcess(name, argv, dict(os.environ), tmp_path / f"{name}.log", run_id)
+    proc = ManagedProcess(name, argv, dict(os.environ), tmp_path / f"{name}.log", cluster_id)
     return LocalNode(name, "replica", Endpoint("127.0.0.1", port), proc, hint="try again")
 
 
@@ -45,7 +46,7 @@ def test_stop_ends_the_whole_group_and_nothing_else(tmp_path, health_server_argv
         members = group_members(n.pid)
         assert n.pid in members and child in members
         env = open(f"/proc/{n.pid}/environ", "rb").read()
-        assert b"ORDEAL_RUN_ID=run-a" in env and b"ORDEAL_NODE=n0" in env  # the label
+        assert b"ORDEAL_CLUSTER_ID=cluster-a" in env and b"ORDEAL_NODE=n0" in env  # the label
     finally:
         n.stop(grace=5)
     assert pids_alive([n.pid, child]) == []
@@ -86,7 +87,7 @@ def test_leftovers_of_a_crashed_harness_are_reaped_by_id(tmp_path, health_server
         sys.path.insert(0, {str(os.getcwd())!r})
         from nodes.process import ManagedProcess
         p = ManagedProcess("orphan", {health_server_argv(free_ports(1)[0])!r}, dict(os.environ),
-                           __import__("pathlib").Path({str(tmp_path / 'orphan.log')!r}), "crashed-run")
+                           __import__("pathlib").Path({str(tmp_path / 'orphan.log')!r}), "crashed-cluster")
         p.start()
         print(p.pid, flush=True)
         time.sleep(600)
@@ -99,15 +100,15 @@ def test_leftovers_of_a_crashed_harness_are_reaped_by_id(tmp_path, health_server
         harness.kill()
         harness.wait()
         assert pids_alive([leader, child]) == [leader, child]  # the leak
-        lines = reap_leftovers(current_run="this-run")
-        assert any("orphan" in line and "crashed-run" in line for line in lines), lines
+        lines = reap_leftovers(current_cluster="this-cluster")
+        assert any("orphan" in line and "crashed-cluster" in line for line in lines), lines
         # Gone when it returns, not merely signalled: heal-all runs right
         # after it and must not reach a process still dying.
         assert pids_alive([leader, child]) == []
-        assert reap_leftovers(current_run="this-run") == []  # records are gone too
+        assert reap_leftovers(current_cluster="this-cluster") == []  # records are gone too
     finally:
         harness.kill()
-        reap_leftovers(current_run="this-run")
+        reap_leftovers(current_cluster="this-cluster")
 
 
 SIGTERM_SUITE = """
@@ -163,7 +164,7 @@ from nodes.process import ManagedProcess
 # to, to /proc readers): only its process group says it is ours.
 argv = [sys.executable, "-c", "import subprocess, time; "
         "subprocess.Popen(['env', '-i', 'sleep', '600']); time.sleep(600)"]
-p = ManagedProcess("renamer", argv, dict(os.environ), Path(sys.argv[1]), "crashed-run-2")
+p = ManagedProcess("renamer", argv, dict(os.environ), Path(sys.argv[1]), "crashed-cluster-2")
 p.start()
 print(p.pid, flush=True)
 time.sleep(600)
@@ -181,12 +182,12 @@ def test_reap_ends_unlabelled_group_members_but_spares_a_live_harness(tmp_path):
             time.sleep(0.05)
         members = group_members(leader)
         assert len(members) == 2, members
-        # Its harness still runs: not a leftover, whatever the run id says.
-        assert reap_leftovers(current_run="this-run") == []
+        # Its harness still runs: not a leftover, whatever the cluster id says.
+        assert reap_leftovers(current_cluster="this-cluster") == []
         assert pids_alive(members) == members
         harness.kill()
         harness.wait()
-        lines = reap_leftovers(current_run="this-run")
+        lines = reap_leftovers(current_cluster="this-cluster")
         assert any("ended 2 leftover" in line for line in lines), lines
         deadline = time.monotonic() + 5
         while pids_alive(members) and time.monotonic() < deadline:
@@ -194,4 +195,4 @@ def test_reap_ends_unlabelled_group_members_but_spares_a_live_harness(tmp_path):
         assert pids_alive(members) == []
     finally:
         harness.kill()
-        reap_leftovers(current_run="this-run")
+        reap_leftovers(current_cluster="this-cluster")

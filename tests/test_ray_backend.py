@@ -38,6 +38,7 @@ from clusters.ray import (RayCluster, RayError, RayPorts, check_loopback,
 from engines.vllm.nodes import SERVED_MODEL_NAME
 from ordeal import cgroup2, procfs
 from ordeal.config import ClusterSpec, ConfigError
+from ordeal.ownership import CLUSTER_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 NO_RAY = unavailable_reason()
@@ -60,7 +61,7 @@ def run_processes(run: str) -> list[int]:
     out = []
     for p in psutil.process_iter():
         try:
-            if procfs.environ(p.pid).get("ORDEAL_RUN_ID") == run:
+            if procfs.environ(p.pid).get(CLUSTER_ENV) == run:
                 out.append(p.pid)
         except (psutil.Error, OSError):
             continue
@@ -199,7 +200,7 @@ def test_replicas_run_on_different_ray_nodes_all_on_loopback(cluster):
 def test_a_process_fault_acts_on_a_ray_replica_unchanged(cluster):
     r = cluster.node("replica-1")
     before = r.pid
-    kill = ProcessKill(r, cluster.run_id, Ledger(), ready_timeout_s=240)
+    kill = ProcessKill(r, cluster.cluster_id, Ledger(), ready_timeout_s=240)
     kill.inject()
     assert not r.is_running()
     healed = kill.heal()
@@ -214,7 +215,7 @@ def test_a_lost_node_s_replica_is_rescheduled_and_its_recovery_measured(cluster,
     assert node is not None
     old_node_id, old_pid = node.node_id, victim.pid
     other = next(n for n in cluster.ray_nodes if n is not node)
-    loss = RayNodeLoss(node, cluster.run_id, Ledger(), ready_timeout_s=240)
+    loss = RayNodeLoss(node, cluster.cluster_id, Ledger(), ready_timeout_s=240)
     loss.inject()
     assert not node.is_running() and procfs.state(old_pid) in (None, "Z")
     # Ray (not the suite) moves the replica: watch it serve on the other node
@@ -243,7 +244,7 @@ def test_a_node_paused_past_ray_s_verdict_loses_its_replicas_and_heals(cluster, 
     old_id = node.node_id
     on_it = sorted(r.name for r in node.engines_refreshed())
     assert on_it, "no replica on the node to pause (the node-loss test moves replica-0 here)"
-    pause = RayNodePause(node, cluster.run_id, Ledger(), ready_timeout_s=240)
+    pause = RayNodePause(node, cluster.cluster_id, Ledger(), ready_timeout_s=240)
     pause.inject()
     assert [p for p in node.pids() if procfs.state(p) == "T"], "nothing of the node is stopped"
     time.sleep(8)
@@ -275,7 +276,7 @@ def test_a_node_partitioned_from_the_head_is_declared_dead_and_heals(cluster, ca
     assert node is not None and node.cgroup, "no Ray node with a replica and a cgroup"
     assert node.pid in cgroup2.procs(cgroup2.mount_point() / node.cgroup.lstrip("/"))
     on_it, old_id = sorted(r.name for r in node.engines()), node.node_id
-    part = RayNodePartition(node, cluster.run_id, Ledger(), ready_timeout_s=240)
+    part = RayNodePartition(node, cluster.cluster_id, Ledger(), ready_timeout_s=240)
     part.inject()
     t0, declared_s = time.monotonic(), None
     while time.monotonic() < t0 + 60:
@@ -311,7 +312,7 @@ def test_a_node_without_replicas_declared_dead_is_started_again(cluster):
     node = next((n for n in cluster.ray_nodes if not n.engines_refreshed()), None)
     assert node is not None, "every Ray node runs a replica (the earlier tests move them)"
     old_id = node.node_id
-    pause = RayNodePause(node, cluster.run_id, Ledger(), ready_timeout_s=240)
+    pause = RayNodePause(node, cluster.cluster_id, Ledger(), ready_timeout_s=240)
     pause.inject()
     time.sleep(8)
     healed = pause.heal()

@@ -20,7 +20,8 @@ from nodes.process import group_members
 from engines.vllm.nodes import SERVED_MODEL_NAME, VllmReplica
 from load.workload import CANARY_PROMPTS, WorkloadRunner, WorkloadSpec
 from invariants import NoSilentLoss, RunContext, StreamWellFormed
-from ordeal.history import History, read_history
+from ordeal.history.reader import read_history
+from ordeal.history.writer import History
 from ordeal.topology import Endpoint, NodeNotReady
 
 pytestmark = pytest.mark.cluster

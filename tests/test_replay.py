@@ -36,7 +36,8 @@ def test_a_schedule_file_round_trips(tmp_path):
     path = save_schedule(tmp_path / "s.json", saved)
     back = load_schedule(path)
     assert back.steps == saved.steps and back.broke == ["health_truthful"]
-    assert back.workload == saved.workload and back.checker_extra == saved.checker_extra
+    assert back.workload == saved.workload and back.checker_settings == saved.checker_settings
+    assert saved.to_dict()["checker_extra"] == {"health_stall_s": 4.0}  # only what differs
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -48,6 +49,12 @@ def test_a_schedule_file_round_trips(tmp_path):
     (lambda d: d["steps"][0].update(action="pause"), r"steps\[0\]: action 'pause'"),
     (lambda d: d["steps"][0].update(at_s="2"), r"steps\[0\]: field 'at_s'"),
     (lambda d: d["workload"].update(mode="sideways"), "field 'workload'"),
+    (lambda d: d["checker_extra"].update(health_stal_s=4.0),
+     r"field 'checker_extra': unknown setting\(s\) \['health_stal_s'\]"),
+    (lambda d: d["checker_extra"].update(health_stall_s="4"),
+     r"field 'checker_extra': health_stall_s is '4'; expected float"),
+    (lambda d: d["checker_extra"].update(slo={"ttft": 1}),
+     r"field 'checker_extra': slo: unknown key\(s\) \['ttft'\]"),
 ])
 def test_a_broken_schedule_file_is_refused_with_the_field_named(tmp_path, edit, message):
     doc = SavedSchedule(two_steps()).to_dict()

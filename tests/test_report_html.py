@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from ordeal.history import History, Op
+from ordeal.history.ops import Op
+from ordeal.history.writer import History
 from reports.__main__ import main as cli
 from reports.collect import CLOUD_POINTS, MAX_BUCKETS
 from reports.html import render_report

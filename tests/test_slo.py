@@ -4,10 +4,10 @@ figures are split into steady state, fault windows and after-heal windows."""
 import pytest
 
 from invariants import RunContext
-from invariants.slo import (Availability, ErrorRate, Goodput, LatencySLO, Recovery,
-                            RestartReadiness, SLOTargets)
+from invariants.settings import CheckerSettings, SLOTargets
+from invariants.slo import Availability, ErrorRate, Goodput, LatencySLO, Recovery, RestartReadiness
 from ordeal.config import ConfigError
-from ordeal.history import Op
+from ordeal.history.ops import Op
 
 S = 1_000_000_000  # ns
 
@@ -46,7 +46,7 @@ class H:
 
 
 def ctx(**kw):
-    return RunContext(extra={"slo": SLOTargets(**kw)})
+    return RunContext(settings=CheckerSettings(slo=SLOTargets(**kw)))
 
 
 def run_with_fault(bad_after_heal_until=None):

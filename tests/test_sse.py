@@ -97,7 +97,7 @@ def test_lost_duplicated_and_reordered_events_are_named():
                                 _chunk(2, [6])).sequence_problems[-1]
     # and the stream checker turns them into a counterexample
     from invariants import RunContext, StreamWellFormed
-    from ordeal.history import Op
+    from ordeal.history.ops import Op
     rec = _record(_chunk(1, [5]), _chunk(1, [5]))
     op = Op(0, 0, "w", "ok", 1, "completions", {"stream": {**rec.to_value(),
                                                            "finish_reasons": ["length"]}})

@@ -30,7 +30,9 @@ from load.workload import WorkloadRunner, WorkloadSpec
 from invariants import RunContext
 from invariants.sequence import SequenceConsistent, rejection_cause
 from ordeal.config import ClusterSpec
-from ordeal.history import History, Op, read_history
+from ordeal.history.ops import Op
+from ordeal.history.reader import read_history
+from ordeal.history.writer import History
 from ordeal.topology import Endpoint
 from reports.run_dir import RunDir
 

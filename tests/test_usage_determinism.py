@@ -1,7 +1,7 @@
-from invariants import RunContext
+from invariants import CheckerSettings, RunContext
 from invariants.determinism import CanaryDeterminism
 from invariants.usage import UsageMatchesTokens
-from ordeal.history import Op
+from ordeal.history.ops import Op
 
 
 def hist(*pairs):
@@ -54,8 +54,11 @@ def test_a_drifting_canary_is_caught_and_the_prefix_tolerance_is_stated():
     h = hist(canary("p", "abc", [1, 2, 3]), canary("p", "abd", [1, 2, 4]))
     r = CanaryDeterminism().check(h, RunContext())
     assert r.valid is False and r.counterexamples[0]["golden"] == "abc"
-    r = CanaryDeterminism().check(h, RunContext(extra={"determinism_prefix_tokens": 2}))
+    def prefix(k: int) -> RunContext:
+        return RunContext(settings=CheckerSettings(determinism_prefix_tokens=k))
+
+    r = CanaryDeterminism().check(h, prefix(2))
     assert r.valid is True and r.details["tolerance"] == "first 2 token ids"
-    r = CanaryDeterminism().check(h, RunContext(extra={"determinism_prefix_tokens": 3}))
+    r = CanaryDeterminism().check(h, prefix(3))
     assert r.valid is False
     assert CanaryDeterminism().check(hist(canary("p", "a")), RunContext()).valid == "unknown"

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from invariants.requests import STEADY, Timeline, paired_requests
-from ordeal.history import Op
+from ordeal.history.ops import Op
 
 UNIT = 100_000_000  # 0.1 s
 KEYS = [("process_kill", "replica-0"), ("process_kill", "replica-1"), ("network_latency", "link")]

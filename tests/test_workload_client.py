@@ -16,7 +16,8 @@ from aiohttp import web
 from nodes.ports import free_ports
 from load.workload import WorkloadRunner, WorkloadSpec
 from invariants import NoSilentLoss, RunContext, StreamWellFormed
-from ordeal.history import History, read_history
+from ordeal.history.reader import read_history
+from ordeal.history.writer import History
 
 CHUNK = 'data: {"id":"c1","choices":[{"text":"x","finish_reason":%s}]}\n\n'
 

@@ -23,7 +23,7 @@ from invariants import (Availability, CanaryDeterminism, CountersMonotonic, Erro
                         LatencySLO, LeakBound, NoSilentLoss, Recovery, RestartReadiness)
 from invariants.base import Result
 from invariants.sequence import SequenceConsistent
-from ordeal.history import Op
+from ordeal.history.ops import Op
 from ordeal.topology import Endpoint
 
 from engines.base import ClientCounts, Upstream, trace_files
@@ -128,7 +128,7 @@ class TritonEngine:
         # No libfaketime: see UNSUPPORTED["clock_drift"].
         return TritonServerNode(name, Endpoint(cluster.spec.host, ports[0]), ports[1], ports[2],
                                 cluster.model.path, cluster.log_dir / f"{name}.log",
-                                cluster.run_id)
+                                cluster.cluster_id)
 
     def upstreams(self, node: Any) -> list[Upstream]:
         return [Upstream("", node.endpoint, "http"), Upstream("-grpc", node.grpc_endpoint, "grpc")]
@@ -138,7 +138,7 @@ class TritonEngine:
         http = [(name, ep) for name, u, ep in upstreams if u.protocol == "http"]
         grpc = [(name, ep) for name, u, ep in upstreams if u.protocol == "grpc"]
         return HaproxyRouter("router", endpoint, http, grpc, cluster.log_dir / "router.log",
-                             cluster.run_id)
+                             cluster.cluster_id)
 
     def client(self, spec: WorkloadSpec, entrypoint: str, cluster: Any) -> TritonClient:
         parts = urllib.parse.urlsplit(entrypoint)

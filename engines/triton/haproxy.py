@@ -34,6 +34,7 @@ from ordeal.topology import Endpoint
 
 from nodes.process import ManagedProcess
 from nodes.local import LocalNode
+from nodes.waits import wait_http_ok
 
 HEALTH_PATH = "/ordeal-router-health"
 SEQUENCE_HEADER = "x-ordeal-sequence"
@@ -114,21 +115,20 @@ def haproxy_version(executable: str) -> str:
 
 class HaproxyRouter(LocalNode):
     def __init__(self, name: str, endpoint: Endpoint, http_upstreams: Sequence[tuple[str, Endpoint]],
-                 grpc_upstreams: Sequence[tuple[str, Endpoint]], log_path: Path, run_id: str):
+                 grpc_upstreams: Sequence[tuple[str, Endpoint]], log_path: Path, cluster_id: str):
         exe = haproxy_executable()
         self.config_path = log_path.with_suffix(".cfg")
         self.config_path.parent.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(haproxy_config(endpoint, http_upstreams, grpc_upstreams))
         argv = [exe, "-db", "-f", str(self.config_path)]  # -db: foreground, no daemon
         super().__init__(name, "router", endpoint,
-                         ManagedProcess(name, argv, dict(os.environ), log_path, run_id),
+                         ManagedProcess(name, argv, dict(os.environ), log_path, cluster_id),
                          hint=f"see {log_path} and the config {self.config_path}; "
                               f"check it with `haproxy -c -f {self.config_path}`")
         self.health_url = f"{endpoint.url}{HEALTH_PATH}"
         self._version = haproxy_version(exe)
 
     def wait_ready(self, timeout: float) -> None:
-        from nodes.waits import wait_http_ok
         wait_http_ok(name=self.name, url=self.health_url, timeout=timeout,
                      is_running=self.process.is_running, exit_code=self.process.exit_code,
                      log_tail=self.process.log_tail, hint=self.hint)

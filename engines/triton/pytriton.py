@@ -79,14 +79,14 @@ class TritonNode(LocalNode):
     engine = "triton"
 
     def __init__(self, name: str, http: Endpoint, grpc_port: int, metrics_port: int,
-                 model_dir: Path, log_path: Path, run_id: str, device: str = "cuda",
+                 model_dir: Path, log_path: Path, cluster_id: str, device: str = "cuda",
                  instances: int = 2):
         argv = [sys.executable, "-m", "engines.triton.pytriton", "serve",
                 "--model", str(model_dir), "--host", http.host,
                 "--http-port", str(http.port), "--grpc-port", str(grpc_port),
                 "--metrics-port", str(metrics_port), "--device", device,
                 "--instances", str(instances)]
-        proc = ManagedProcess(name, argv, server_env(), log_path, run_id)
+        proc = ManagedProcess(name, argv, server_env(), log_path, cluster_id)
         super().__init__(name, "replica", http, proc,
                          hint=f"see {log_path}; the server runs as "
                               f"`python -m engines.triton.pytriton serve ...` (argv in the log)")

@@ -84,8 +84,8 @@ def backend_dir() -> Path:
     stub = home / "python_backend_stubs" / ver / "triton_python_backend_stub"
     if not stub.exists():
         raise TritonMissing(f"pytriton has no Python backend stub for Python {ver} ({stub})")
-    # One directory per installation: two venvs (a clone's CI beside a
-    # working tree) must not flip each other's links.
+    # One directory per installation: two venvs on one machine must not
+    # flip each other's links.
     tag = hashlib.sha256(str(home).encode()).hexdigest()[:8]
     out = cache_dir() / f"triton-backends-{ver}-{tag}" / "python"
     out.mkdir(parents=True, exist_ok=True)
@@ -156,7 +156,7 @@ class TritonServerNode(LocalNode):
                     "nv_cpu_utilization")
 
     def __init__(self, name: str, http: Endpoint, grpc_port: int, metrics_port: int,
-                 repo: Path, log_path: Path, run_id: str, clock_file: Path | None = None):
+                 repo: Path, log_path: Path, cluster_id: str, clock_file: Path | None = None):
         problems = check()
         if problems:
             raise TritonMissing("cannot start a Triton node: " + "; ".join(problems))
@@ -173,7 +173,7 @@ class TritonServerNode(LocalNode):
                 "--trace-config", f"triton,file={self.trace_path}",
                 "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1",
                 "--trace-config", "count=-1", "--trace-config", "triton,log-frequency=20"]
-        proc = ManagedProcess(name, argv, server_env(clock_file), log_path, run_id,
+        proc = ManagedProcess(name, argv, server_env(clock_file), log_path, cluster_id,
                               cwd=stub_site_dir())
         super().__init__(name, "replica", http, proc, hint=f"see {log_path}; {TRITON_HINT}")
         self._clock_file = clock_file

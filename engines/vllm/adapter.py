@@ -11,7 +11,7 @@ from typing import Any
 
 from invariants import DEFAULT_CHECKERS
 from invariants.base import Result
-from ordeal.history import Op
+from ordeal.history.ops import Op
 from ordeal.topology import Endpoint
 
 from engines.base import ClientCounts, Upstream
@@ -79,7 +79,7 @@ class VllmEngine:
         cores = sorted(os.sched_getaffinity(0))
         name = f"replica-{index}"
         return VllmReplica(name, Endpoint(cluster.spec.host, ports[0]), cluster.model.path,
-                           cluster.log_dir / f"{name}.log", cluster.run_id,
+                           cluster.log_dir / f"{name}.log", cluster.cluster_id,
                            cpu_core=cores[index % len(cores)],  # spread replicas over the cores
                            clock_file=(cluster.log_dir / f"{name}.faketime"
                                        if cluster.spec.clock_faults else None))
@@ -91,7 +91,7 @@ class VllmEngine:
                upstreams: list[tuple[str, Upstream, Endpoint]]) -> LocalNode:
         metrics_port = next(p for p in free_ports(2, cluster.spec.host) if p != endpoint.port)
         return VllmRouter("router", endpoint, [ep.url for _, _, ep in upstreams],
-                          cluster.log_dir / "router.log", cluster.run_id,
+                          cluster.log_dir / "router.log", cluster.cluster_id,
                           metrics_port=metrics_port)
 
     def client(self, spec: WorkloadSpec, entrypoint: str, cluster: Any) -> OpenAIClient:

@@ -78,12 +78,12 @@ REPLICA_HINT = ("a CPU replica needs about 3 GB of memory and 45-90 s to start; 
 
 class VllmReplica(LocalNode):
     def __init__(self, name: str, endpoint: Endpoint, model_dir: Path, log_path: Path,
-                 run_id: str, extra_args: Sequence[str] = (), cpu_core: int | None = None,
+                 cluster_id: str, extra_args: Sequence[str] = (), cpu_core: int | None = None,
                  clock_file: Path | None = None):
         argv = replica_argv(sys.executable, model_dir, endpoint.host, endpoint.port, extra_args)
         env = replica_env(dict(os.environ), cpu_core, clock_file)
         super().__init__(name, "replica", endpoint,
-                         ManagedProcess(name, argv, env, log_path, run_id), REPLICA_HINT)
+                         ManagedProcess(name, argv, env, log_path, cluster_id), REPLICA_HINT)
         self._clock_file = clock_file
 
     def wait_ready(self, timeout: float) -> None:
@@ -146,7 +146,7 @@ def router_fingerprint() -> str:
 
 class VllmRouter(LocalNode):
     def __init__(self, name: str, endpoint: Endpoint, worker_urls: Sequence[str],
-                 log_path: Path, run_id: str, policy: str = "round_robin",
+                 log_path: Path, cluster_id: str, policy: str = "round_robin",
                  health_interval_s: int = 1, metrics_port: int | None = None):
         # The router's Prometheus exporter binds 29000 unless told otherwise,
         # so a second cluster on the machine (an xdist worker, a resumed run
@@ -156,7 +156,7 @@ class VllmRouter(LocalNode):
         argv = router_argv(router_executable(), endpoint.host, endpoint.port, worker_urls,
                            policy, health_interval_s, metrics_port=metrics_port)
         super().__init__(name, "router", endpoint,
-                         ManagedProcess(name, argv, dict(os.environ), log_path, run_id),
+                         ManagedProcess(name, argv, dict(os.environ), log_path, cluster_id),
                          ROUTER_HINT)
 
     def wait_ready(self, timeout: float) -> None:

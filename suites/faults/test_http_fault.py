@@ -15,7 +15,7 @@ def test_aborts_with_503_are_seen_and_stop_after_heal(ordeal_run):
     assert r.window.get("injected") and r.window.get("healed"), r.window
     # A request in flight at the inject whose response had already begun is
     # left alone by the toxic (it bites response heads that arrive after it)
-    # and still counts in the fault window: seen once, 68 of 69.
+    # and still counts in the fault window, hence 90%, not all.
     assert fault.requests >= 10 and fault.statuses["503"] >= 0.9 * fault.requests, r.brief()
     assert fault.statuses["503"] + fault.types["ok"] == fault.requests, r.brief()
     assert after.requests >= 10 and after.ok_share == 1.0, r.brief()

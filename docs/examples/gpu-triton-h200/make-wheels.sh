@@ -17,7 +17,7 @@ mv tritonclient-2.51.0.data/purelib/* . && rm -rf tritonclient-2.51.0.data
 rm -rf pytriton/tritonserver/python_backend_stubs/3.{8,9,10,11,13} nvidia_pytriton.libs/libpython3-*.13.so.1.0
 find . -name __pycache__ -prune -exec rm -rf {} +
 cd - && tar -C /tmp/site -cJf .whl/site.tar.xz .
-$D -d .whl crc32c                        # ordeal/history.py needs it; the image lacks it
+$D -d .whl crc32c                        # ordeal/history/ needs it; the image lacks it
 $D -d .whl/stub numpy==1.26.4            # for Triton's Python backend stub only (see device-run.sh)
 cp docs/examples/gpu-triton-h200/device-run.sh .whl/dev.sh
 cp docs/examples/gpu-triton-h200/triton-smoke.py .whl/tri_smoke.py

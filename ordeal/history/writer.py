@@ -1,27 +1,5 @@
-"""The history: one record per event, in the order the harness saw them.
-
-Modelled on Jepsen's history. Every request is an ``invoke`` op followed by
-exactly one completion: ``ok`` (it ran), ``fail`` (it certainly did not, or
-the server said so) or ``info`` (unknown: a timeout or a lost connection; the
-request may have run). Faults are recorded in the same history under the
-process ``"nemesis"`` so that every checker sees the fault windows.
-
-The file (format 2) is JSON Lines, so ``grep`` and ``jq`` still work, and is
-an append-only store of verified chunks, fit for runs of days::
-
-    {"chunk":-1,"ordeal_history":2,"chunk_max_ops":4096,"chunk_max_bytes":4194304,...}
-    {"index":0,"time_ns":...,"wall":"...","type":"invoke","process":3,"f":"completions",...}
-    ... one op per line ...
-    {"chunk":0,"first":0,"ops":153,"bytes":40211,"crc32c":"1a2b3c4d"}
-    {"index":153,...}
-    ...
-    {"chunk":1,"first":153,"ops":97,"bytes":25510,"crc32c":"0e4f5a6b"}
-
-Line 1 is the header (it has the key ``ordeal_history``). A line with the
-key ``chunk`` and no ``index`` is a store record, never an op: the header
-(chunk -1) or a chunk's trailer. A trailer seals the op lines since the
-previous one: their count, the index of the first, their bytes and their
-CRC-32C (Castagnoli, as 8 hex digits). Chunks are numbered 0, 1, 2, ...
+"""The writer: ``History`` appends ops to a chunked history file (the format
+is in ``ordeal/history/__init__.py``).
 
 Each op is written to the OS as it is appended (a SIGKILLed harness loses
 nothing it appended; only a machine crash can lose bytes not yet fsynced).
@@ -31,96 +9,29 @@ A chunk is sealed, and the file fsynced, every ``flush_interval`` seconds
 Ops after the last trailer are the unsealed tail: what a crashed writer
 left. ``History.resume`` seals it and continues the same file, and
 ``record_gap`` then closes the requests the dead harness left in flight.
-
-``read_history`` verifies each chunk before it yields any of its ops; a
-chunk that fails (CRC, counts, a damaged trailer, a number out of sequence)
-is rejected whole and reported, and the other chunks are still read.
-
-A file without the header is the plain JSON Lines written before format 2:
-it is read line by line as it always was, without verification.
 """
 
 from __future__ import annotations
 
 import atexit
 import fcntl
-import itertools
 import json
 import os
 import threading
 import time
 import weakref
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Literal
+from typing import Any, Callable, Iterable
 
 import crc32c
 
-OpType = Literal["invoke", "ok", "fail", "info"]
-OP_TYPES: tuple[str, ...] = ("invoke", "ok", "fail", "info")
-NEMESIS = "nemesis"  # fault actions
-MONITOR = "monitor"  # samples of the nodes' health and metrics; a resume's gap
-HARNESS = frozenset({NEMESIS, MONITOR})  # processes that are not clients
+from .ops import MONITOR, NEMESIS, OP_TYPES, Op, OpType, parse_iso, utc_iso
+from .reader import FORMAT_VERSION, HEADER_KEY, HistoryError, _positive, _Reader, _try_op
 
-FORMAT_VERSION = 2
-HEADER_KEY = "ordeal_history"
 DEFAULT_CHUNK_OPS = 4096
 DEFAULT_CHUNK_BYTES = 4 << 20
-GAP_ERROR = "harness died; outcome unknown"
-
-
-def utc_iso(ts: float | None = None) -> str:
-    """ISO 8601 UTC with milliseconds, the one wall-clock format of every record."""
-    moment = datetime.fromtimestamp(time.time() if ts is None else ts, tz=timezone.utc)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _parse_iso(wall: str | None) -> float | None:
-    try:
-        return datetime.fromisoformat(str(wall).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-@dataclass(frozen=True)
-class Op:
-    index: int
-    time_ns: int  # time.monotonic_ns(): orders and measures; never jumps
-    wall: str  # ISO 8601 UTC: for people and for lining up with other logs
-    type: OpType
-    process: int | str
-    f: str
-    value: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-
-    def to_json(self) -> str:
-        # A plain dict, not dataclasses.asdict: asdict deep-copies the value
-        # (every chunk of a stream), 12% of the load generator's event loop
-        # at 400 req/s (py-spy, bench/README.md). Same keys, same order; a
-        # value holding a dataclass still goes through asdict.
-        d = {"index": self.index, "time_ns": self.time_ns, "wall": self.wall,
-             "type": self.type, "process": self.process, "f": self.f,
-             "value": self.value, "error": self.error}
-        try:
-            return json.dumps(d, separators=(",", ":"), ensure_ascii=False)
-        except TypeError:
-            return json.dumps(asdict(self), separators=(",", ":"), ensure_ascii=False)
-
-    @staticmethod
-    def from_dict(d: dict[str, Any]) -> "Op":
-        if d.get("type") not in OP_TYPES:
-            raise ValueError(f"op type must be one of {OP_TYPES}, got {d.get('type')!r}")
-        return Op(
-            index=int(d["index"]),
-            time_ns=int(d["time_ns"]),
-            wall=str(d["wall"]),
-            type=d["type"],
-            process=d["process"],
-            f=str(d["f"]),
-            value=dict(d.get("value") or {}),
-            error=d.get("error"),
-        )
+GAP_ERROR = "harness died; outcome unknown"  # the error of a request a gap closes
 
 
 class HistoryWriteError(OSError):
@@ -129,15 +40,9 @@ class HistoryWriteError(OSError):
     must stop, since nothing it does from here would be recorded."""
 
 
-class HistoryError(ValueError):
-    """A history file that cannot be trusted; the message says where and why."""
-
 
 def _dumps(d: dict[str, Any]) -> bytes:
     return (json.dumps(d, separators=(",", ":")) + "\n").encode()
-
-
-# -- the writer ---------------------------------------------------------------
 
 
 class _Sealer:
@@ -555,7 +460,7 @@ class History:
             r.last_index, r.last_time_ns, r.last_wall = last.index, last.time_ns, last.wall
             now_ns = time.monotonic_ns()
             if now_ns <= last.time_ns:  # the machine rebooted: monotonic time restarted
-                then = _parse_iso(last.wall)
+                then = parse_iso(last.wall)
                 down_ns = max(1, int((time.time() - then) * 1e9)) if then is not None else 1
                 r.time_offset_ns = h._time_offset_ns = last.time_ns + down_ns - now_ns
         return h, r
@@ -607,277 +512,3 @@ def _write_all(f: Any, data: bytes) -> None:
     while view:
         n = f.write(view)
         view = view[n:]
-
-
-def _positive(v: Any, default: int) -> int:
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else default
-
-
-# -- the reader ---------------------------------------------------------------
-
-
-def _loads() -> Callable[[str | bytes], Any]:
-    try:  # 3-4x faster on long histories; a dependency of vLLM, optional here
-        import orjson
-
-        return orjson.loads
-    except ImportError:
-        return json.loads
-
-
-REQUIRED = ("index", "time_ns", "wall", "type", "process", "f")
-_TRAILER_FIELDS = ("first", "ops", "bytes")
-
-
-def _parse_op(raw: bytes, loads: Callable[[bytes], Any]) -> Op:
-    d = loads(raw)
-    if not isinstance(d, dict):
-        raise ValueError("not a JSON object")
-    missing = [k for k in REQUIRED if k not in d]
-    if missing:
-        raise ValueError(f"missing {missing}: written by an older or other format?")
-    return Op.from_dict(d)
-
-
-def _try_op(raw: bytes, loads: Callable[[bytes], Any]) -> Op | None:
-    try:
-        return _parse_op(raw, loads)
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-class _Reader:
-    """One streaming pass over a history; what it learns about the file's
-    shape (for ``History.resume``) is left in its attributes."""
-
-    def __init__(self, path: Path, on_error: Callable[[str], None] | None,
-                 on_note: Callable[[str], None] | None = None):
-        self.path = path
-        self.on_error = on_error
-        self.on_note = on_note if on_note is not None else on_error
-        self.loads = _loads()
-        self.header: dict[str, Any] | None = None  # None: plain JSONL (format 1)
-        self.last_chunk = -1  # the highest chunk number of a trailer seen
-        self.max_claimed_index = -1  # the highest op index a trailer vouched for
-        self.rejected = 0
-        self.tail_offset = 0  # where the unsealed tail begins (after the last trailer)
-        self.end_offset = 0
-
-    def _damage(self, msg: str, suffix: str) -> None:
-        if self.on_error is None:
-            raise HistoryError(msg + suffix)
-        self.on_error(msg)
-
-    def _bad_line(self, raw: bytes, lineno: int, e: Exception) -> None:
-        torn = not raw.endswith(b"\n")
-        what = "torn final line (a crash mid-write)" if torn else "not a valid op"
-        msg = f"{self.path}:{lineno}: {what} ({e}): {raw[:120]!r}"
-        if self.on_error is None:
-            raise HistoryError(msg + ". Ops on other lines are intact.") from e
-        self.on_error(msg)
-
-    def ops(self) -> Iterator[Op]:
-        """The ops, verified. One generator with the loops inline: this is
-        the hot path of every checker pass."""
-        p, loads = self.path, self.loads
-        with p.open("rb") as fh:
-            first = fh.readline()
-            if not first:
-                return
-            header = self._header(first)
-            if header is None:  # format 1: line by line, as it was always read
-                lineno = 0
-                for raw in itertools.chain([first], fh):
-                    lineno += 1
-                    if not raw.strip():
-                        continue
-                    try:
-                        d = loads(raw)
-                        if not isinstance(d, dict):
-                            raise ValueError("not a JSON object")
-                        missing = [k for k in REQUIRED if k not in d]
-                        if missing:
-                            raise ValueError(f"missing {missing}: written by an older or other "
-                                             "format?")
-                        op = Op.from_dict(d)
-                    except (ValueError, KeyError, TypeError) as e:
-                        self._bad_line(raw, lineno, e)
-                        continue
-                    yield op
-                return
-
-            # Format 2: verify each chunk whole before any of its ops is used.
-            self.header = header
-            cap = _positive(header.get("chunk_max_ops"), 1 << 16)
-            offset = len(first)
-            pending: list[bytes] = []  # the raw op lines since the last trailer
-            start_line, start_off = 2, offset
-            lineno = 1
-            self.tail_offset = offset
-            for raw in fh:
-                lineno += 1
-                # Ops are written with "index" first: only other lines are looked at.
-                if not raw.startswith(b'{"index"') and raw.endswith(b"\n"):
-                    kind, got = self._classify(raw)
-                    if kind != "op":
-                        where = f"lines {start_line}-{lineno}, bytes {start_off}-{offset + len(raw)}"
-                        ok = kind == "trailer" and self._verify(got, pending, where)
-                        if kind != "trailer":
-                            n = self.last_chunk = self.last_chunk + 1
-                            self.rejected += 1
-                            self._damage(
-                                f"{p}: chunk {n} ({where}): its trailer (line {lineno}) is "
-                                f"damaged ({got}): {raw[:120]!r}; the chunk cannot be verified "
-                                f"and its {len(pending)} ops are not used; the other chunks are "
-                                "read on", ". Ops in other chunks are intact.")
-                        if ok:  # verified: every line is what the writer wrote
-                            n = start_line - 1
-                            for line in pending:
-                                n += 1
-                                try:
-                                    op = _parse_op(line, loads)
-                                except (ValueError, KeyError, TypeError) as e:
-                                    self._bad_line(line, n, e)
-                                    continue
-                                yield op
-                        offset += len(raw)
-                        pending = []
-                        start_line, start_off = lineno + 1, offset
-                        self.tail_offset = offset
-                        continue
-                pending.append(raw)
-                offset += len(raw)
-                if len(pending) > cap:
-                    self.rejected += 1
-                    self._damage(
-                        f"{p}: lines {start_line}-{lineno} (bytes {start_off}-{offset}): "
-                        f"{len(pending)} lines without a trailer, more than a chunk holds "
-                        f"({cap}): a trailer was lost or lines were added; they cannot be "
-                        "verified and are not used; the other chunks are read on",
-                        ". Ops in other chunks are intact.")
-                    pending = []
-                    start_line, start_off = lineno + 1, offset
-                    self.tail_offset = offset
-            self.end_offset = offset
-            if not pending:
-                return
-            # The unsealed tail: the writer died (or is still writing) before
-            # sealing it. Each whole op is used; a torn or garbled line is
-            # reported as in a plain file; a note says how many went unverified.
-            n_ops = 0
-            n = start_line - 1
-            for line in pending:
-                n += 1
-                if not line.strip():
-                    continue
-                try:
-                    op = _parse_op(line, loads)
-                except (ValueError, KeyError, TypeError) as e:
-                    self._bad_line(line, n, e)
-                    continue
-                n_ops += 1
-                yield op
-            if n_ops and self.on_note is not None:
-                self.on_note(f"{p}: lines {start_line}-{n}: {n_ops} ops after the last sealed "
-                             f"chunk (chunk {self.last_chunk}) are unverified: the writer did "
-                             "not seal them (it crashed, or is still writing); they are used as "
-                             "read")
-
-    def _header(self, first: bytes) -> dict[str, Any] | None:
-        if HEADER_KEY.encode() not in first:
-            return None
-        try:
-            d = self.loads(first)
-        except ValueError as e:
-            self._damage(f"{self.path}:1: the header is damaged ({e}): {first[:120]!r}; "
-                         "chunks are verified all the same", ".")
-            return {}
-        if not isinstance(d, dict) or HEADER_KEY not in d or "index" in d:
-            return None  # an op that mentions the key: a plain file
-        if d.get(HEADER_KEY) != FORMAT_VERSION:
-            self._damage(f"{self.path}:1: history format {d.get(HEADER_KEY)!r}, this Ordeal "
-                         f"reads {FORMAT_VERSION}; reading it as {FORMAT_VERSION}", ".")
-        return d
-
-    def _classify(self, raw: bytes) -> tuple[str, Any]:
-        """("trailer", dict), ("damaged", reason) or ("op", None) for a line
-        that does not start as an op does."""
-        try:
-            d = self.loads(raw)
-        except ValueError as e:
-            if (b'"crc32c"' in raw or b'"chunk"' in raw) and b'"time_ns"' not in raw:
-                return "damaged", f"not valid JSON: {e}"
-            return "op", None  # a garbled op line: its chunk's check names it
-        if not isinstance(d, dict) or "index" in d:
-            return "op", None  # not a trailer
-        if "chunk" in d or "crc32c" in d:
-            if isinstance(d.get("chunk"), int) and not isinstance(d.get("chunk"), bool):
-                return "trailer", d
-            return "damaged", f"its chunk number is {d.get('chunk')!r}"
-        return "op", None
-
-    def _verify(self, t: dict[str, Any], pending: list[bytes], where: str) -> bool:
-        """Check a chunk against its trailer; report and return False if it
-        fails (the whole chunk is then not used)."""
-        n = t["chunk"]
-        expected = self.last_chunk + 1
-        self.last_chunk = max(self.last_chunk, n)
-        fields_ok = all(isinstance(t.get(k), int) and not isinstance(t.get(k), bool)
-                        for k in _TRAILER_FIELDS) and isinstance(t.get("crc32c"), str)
-        if fields_ok:
-            first, ops = t["first"], t["ops"]
-            self.max_claimed_index = max(self.max_claimed_index, first + ops - 1)
-            where += f", ops {first}-{first + ops - 1}"
-        reason = None
-        if n != expected:
-            reason = (f"out of sequence: chunk {n} where chunk {expected} was due "
-                      "(a chunk repeated, reordered, or lost)")
-        elif not fields_ok:
-            reason = (f"its trailer is damaged: {t!r:.160} lacks a count in "
-                      f"{list(_TRAILER_FIELDS)} or the crc32c")
-        elif len(pending) != t["ops"]:
-            reason = (f"it holds {len(pending)} lines where its trailer says {t['ops']} ops: "
-                      "lines were added or removed")
-        else:
-            data = b"".join(pending)
-            computed = crc32c.crc32c(data)
-            if len(data) != t["bytes"]:
-                reason = (f"it holds {len(data)} bytes where its trailer says {t['bytes']}: "
-                          "the chunk was altered after it was written")
-            elif f"{computed:08x}" != t["crc32c"].lower():
-                reason = (f"CRC-32C mismatch (stored {t['crc32c']}, computed {computed:08x}): "
-                          "the chunk was altered after it was written")
-            elif pending:
-                op0 = _try_op(pending[0], self.loads)
-                if op0 is not None and op0.index != t["first"]:
-                    reason = (f"its first op is index {op0.index} where its trailer says "
-                              f"{t['first']}")
-        if reason is None:
-            return True
-        self.rejected += 1
-        self._damage(f"{self.path}: chunk {n} ({where}): {reason}; its {len(pending)} ops are "
-                     "not used; the other chunks are read on", ". Ops in other chunks are intact.")
-        return False
-
-
-def read_history(
-    path: str | os.PathLike[str], on_error: Callable[[str], None] | None = None
-) -> Iterator[Op]:
-    """Stream ops from a history, verifying each chunk (memory: one chunk).
-
-    Nothing is silently dropped. Damage is reported with ``on_error``,
-    naming the file, the chunk or line, and the reason, and reading goes on
-    so the rest is still checked; without ``on_error`` it raises
-    HistoryError. A chunk that fails verification (CRC-32C, byte or op
-    count, first index, a damaged trailer, or a chunk number that is not
-    the previous + 1: a repeated or reordered chunk) is rejected whole: none
-    of its ops is yielded.
-
-    The unsealed tail (ops after the last trailer: the writer crashed, or is
-    still writing) is yielded op by op as read, since each line is a whole
-    op the writer wrote; a torn or garbled line there is reported as in a
-    plain file, and a note (through ``on_error`` only, never raised) says
-    how many ops went unverified. A plain JSONL file (no header, format 1)
-    is read line by line exactly as before, with no note.
-    """
-    return _Reader(Path(path), on_error).ops()

@@ -1,0 +1,126 @@
+"""What checkers are told besides the ops: SLO targets and the thresholds of
+the checkers that judge by a bound. One typed, frozen home for every setting
+and its default, so a misspelt name is an error where it is written, not a
+default silently used where it is read.
+
+Producers build them with keyword arguments or ``dataclasses.replace``: the
+pytest plugin from ``--slo FILE`` and ``--determinism-prefix-tokens``,
+exploration with its shorter stall bound, a schedule file with the settings
+it was found under (``overrides``/``from_overrides``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from ordeal.config import ConfigError
+
+
+@dataclass(frozen=True)
+class SLOTargets:
+    """Targets, with defaults sized for the tiny CPU model on a 2-core
+    machine; real clusters should set their own (``--slo FILE``)."""
+
+    ttft_ms: float = 2000.0  # per request, as vllm bench serve's --goodput ttft:
+    tpot_ms: float = 200.0
+    e2e_ms: float = 10000.0
+    percentile: float = 99.0  # steady-state latency is judged at this percentile
+    min_goodput: float = 0.95  # steady-state share of requests meeting every SLO
+    max_error_rate: float = 0.01  # steady-state share of fail + info
+    min_availability: float = 0.5  # share ok inside each fault window
+    after_heal_s: float = 30.0  # length of the after-heal window
+    recovery_bound_s: float = 30.0  # the SLO must hold again this soon after a heal
+    restart_bound_s: float = 240.0  # a killed node must serve again this soon
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "SLOTargets":
+        """Read ``[slo]`` from a TOML file; unknown keys are an error."""
+        p = Path(path)
+        try:
+            data = tomllib.loads(p.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise ConfigError(f"--slo {p}: cannot read it as TOML ({e})") from e
+        return cls.from_table(data.get("slo", data), f"--slo {p}")
+
+    @classmethod
+    def from_table(cls, table: dict[str, Any], where: str) -> "SLOTargets":
+        """Targets from a plain mapping; an unknown key or a value that is
+        not a number raises ConfigError naming ``where``."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
+        try:
+            return replace(cls(), **{k: float(v) for k, v in table.items()})
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{where}: every value must be a number ({e})") from e
+
+
+@dataclass(frozen=True)
+class CheckerSettings:
+    """Every checker setting, each with the default a run gets unless a
+    producer says otherwise."""
+
+    #: Latency, goodput, error-rate, availability and recovery targets
+    #: (invariants.slo, throttle_explained); ``--slo FILE`` sets them.
+    slo: SLOTargets = field(default_factory=SLOTargets)
+    #: canary_determinism compares the first K token ids; 0 compares the whole
+    #: text, since greedy output of the tiny CPU model measured identical under load.
+    determinism_prefix_tokens: int = 0
+    #: no_duplicate_execution forgets an id this long after first seeing it: a
+    #: retry comes within the request timeout (seconds), and memory stays bounded.
+    duplicate_window_s: float = 900.0
+    #: health_truthful calls a 200 with queued work a lie once the token counter
+    #: has not moved this long: several monitor samples, while a working
+    #: replica moves it many times a second.
+    health_stall_s: float = 10.0
+    #: leak_bound: a node's RSS after the drain may be up to this times its
+    #: baseline; a leak grows with the run, the growth of warming up does not ...
+    leak_rss_factor: float = 1.5
+    #: ... plus this much, so a small process is not judged on a few pages.
+    leak_rss_slack_mb: float = 256.0
+    #: gpu_memory_back: drained GPU memory may exceed the baseline by this much
+    #: (allocator caches); a co-tenant or a kept allocation is gigabytes.
+    gpu_mem_slack_mb: float = 1024.0
+    #: throttle_explained: a slowdown reading this long before or after a
+    #: breaching request still explains it (readings come about once a second).
+    throttle_slack_s: float = 1.0
+
+    def overrides(self) -> dict[str, Any]:
+        """The settings that differ from the defaults, as plain JSON values
+        (what a schedule file keeps)."""
+        default = CheckerSettings()
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value != getattr(default, f.name):
+                out[f.name] = asdict(value) if isinstance(value, SLOTargets) else value
+        return out
+
+    @classmethod
+    def from_overrides(cls, doc: dict[str, Any], where: str) -> "CheckerSettings":
+        """The defaults with ``doc`` (``overrides()``'s form) applied; an
+        unknown name or a value of the wrong type raises ConfigError naming
+        ``where``."""
+        default = cls()
+        known = sorted(f.name for f in fields(cls))
+        unknown = sorted(set(doc) - set(known))
+        if unknown:
+            raise ConfigError(f"{where}: unknown setting(s) {unknown}; known: {known}")
+        kw: dict[str, Any] = {}
+        for name, value in doc.items():
+            want = getattr(default, name)
+            if isinstance(want, SLOTargets):
+                if not isinstance(value, dict):
+                    raise ConfigError(f"{where}: {name} is {value!r}; expected an object")
+                kw[name] = SLOTargets.from_table(value, f"{where}: {name}")
+            elif (isinstance(value, bool) or not isinstance(value, (int, float))
+                  or isinstance(want, int) and not isinstance(value, int)):
+                raise ConfigError(f"{where}: {name} is {value!r}; expected "
+                                  f"{type(want).__name__}")
+            else:
+                kw[name] = type(want)(value)
+        return replace(default, **kw)

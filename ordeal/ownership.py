@@ -1,0 +1,316 @@
+"""The ownership contract: what the suite started, who started it, and what
+it may touch. One home for it, read by nodes, faults, clusters and heal-all.
+
+- Labels: every process a cluster starts carries ``ORDEAL_CLUSTER_ID`` (its
+  cluster id) and ``ORDEAL_NODE`` in its environment; a fault's helper
+  process carries ``ORDEAL_RUN_ID`` (the test run that injected it) and
+  ``ORDEAL_HELPER`` (a tag of its own).
+- Owner: the harness that started something, named by its pid *and* that
+  process's start time (a pid alone can be reused). What a harness that
+  still runs owns is its own to end or heal; anything else is a leftover.
+- Process records: one JSON file per process group a cluster starts, under
+  ``$ORDEAL_STATE_DIR/procs``, so a harness that was SIGKILLed leaves enough
+  for the next one to end its groups (``reap_leftovers``): by process-group
+  id, after checking the record's owner is gone and, where the group's
+  leader changed, the label. Never by name.
+- Allowed networks: loopback, plus networks the session names (the user's
+  ``--allow-target``, the Docker cluster's own subnet) for as long as it
+  names them. Load and faults refuse anything else before a byte is sent.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import signal
+import time
+from collections.abc import Collection
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ordeal import procfs
+from ordeal.config import state_dir
+from ordeal.topology import Endpoint
+
+#: The cluster id, on every process a cluster starts (nodes, router, proxy).
+CLUSTER_ENV = "ORDEAL_CLUSTER_ID"
+#: The test run id, on every helper process a fault starts (co-tenants, the
+#: clock strober): the run whose fault it serves.
+RUN_ENV = "ORDEAL_RUN_ID"
+#: The node a process belongs to (or a helper serves).
+NODE_ENV = "ORDEAL_NODE"
+#: A fault helper's own tag (a fresh uuid): what its heal matches on.
+HELPER_ENV = "ORDEAL_HELPER"
+#: The pid of the harness that started the process (for people reading ps).
+OWNER_PID_ENV = "ORDEAL_OWNER_PID"
+
+
+# -- the owner ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Owner:
+    """The harness that started something: its pid and that process's start
+    time (clock ticks since boot, /proc/<pid>/stat), which together name one
+    process for good."""
+
+    pid: int
+    start_time: str | None
+
+    @classmethod
+    def current(cls) -> Owner:
+        return cls(os.getpid(), procfs.start_time(os.getpid()))
+
+    def alive(self) -> bool:
+        """Another harness than this process, that very one (same pid, same
+        start time), still runs: what it owns is its own to end or heal, not
+        a leftover. This process is never "another": a cleanup it runs ends
+        what it owns itself."""
+        return (self.start_time is not None and self.pid != os.getpid()
+                and procfs.start_time(self.pid) == self.start_time)
+
+    def label(self) -> str:
+        """``pid:start_time``: how a Docker label or a marker file names it."""
+        return f"{self.pid}:{self.start_time}"
+
+    @classmethod
+    def from_label(cls, text: str | None) -> Owner | None:
+        """The owner a ``label()`` names; None for anything else."""
+        pid, sep, start = (text or "").strip().partition(":")
+        if not sep or not pid.isdigit() or not start:
+            return None
+        return cls(int(pid), start)
+
+
+# -- process records ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    """One process group a cluster started: its leader's pid (the group id)
+    and start time, and the harness that owns it."""
+
+    cluster_id: str
+    name: str
+    pgid: int
+    start_time: str | None
+    argv: list[str]
+    owner: Owner | None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProcessRecord:
+        """A record as ``write_record`` stored it; TypeError/ValueError for
+        anything else."""
+        owner = data.get("owner")
+        return cls(**{**data, "owner": Owner(**owner) if owner is not None else None})
+
+
+def records_dir() -> Path:
+    return state_dir() / "procs"
+
+
+def record_path(cluster_id: str, name: str) -> Path:
+    return records_dir() / f"{cluster_id}-{name}.json"
+
+
+def write_record(rec: ProcessRecord) -> Path:
+    """Store ``rec`` (whole or not at all: a reaper may read it any time)."""
+    path = record_path(rec.cluster_id, rec.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(asdict(rec)))
+    os.replace(tmp, path)
+    return path
+
+
+def remove_record(rec: ProcessRecord) -> None:
+    record_path(rec.cluster_id, rec.name).unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    """A record file as read: the record, or why it could not be read."""
+
+    path: Path
+    record: ProcessRecord | None
+    error: str | None = None
+
+
+def read_records() -> list[StoredRecord]:
+    """Every record file, in name order (a cluster's records by node name)."""
+    out: list[StoredRecord] = []
+    directory = records_dir()
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            out.append(StoredRecord(path, ProcessRecord.from_dict(json.loads(path.read_text()))))
+        except FileNotFoundError:
+            continue  # removed meanwhile: its group was stopped
+        except (OSError, ValueError, TypeError) as e:
+            out.append(StoredRecord(path, None, f"{type(e).__name__}: {e}"))
+    return out
+
+
+def record_of_group(pgid: int) -> ProcessRecord | None:
+    """The record of the group ``pgid`` if its leader is still the recorded
+    process (same start time), else None."""
+    leader_start = procfs.start_time(pgid)
+    if leader_start is None:
+        return None
+    for stored in read_records():
+        rec = stored.record
+        if rec is not None and rec.pgid == pgid and rec.start_time == leader_start:
+            return rec
+    return None
+
+
+# -- ending what a crashed harness left ------------------------------------------
+
+def leftover_members(rec: ProcessRecord) -> list[int]:
+    """Members of the recorded group that are ours to end.
+
+    A process group id cannot be reused while any member of the group lives,
+    and only a leader creates a group. So if the leader is alive with its
+    recorded start time, or gone, every member still in the group is one we
+    started, including those that blanked their environment by renaming
+    themselves (vLLM's "VLLM::EngineCore" does, so labels alone miss it).
+    If a *different* process now leads a group with that id, only members
+    carrying the record's cluster label are ours.
+    """
+    members = procfs.group_members(rec.pgid)
+    leader_now = procfs.start_time(rec.pgid)
+    if leader_now is None or leader_now == rec.start_time:
+        return members
+    return [pid for pid in members if procfs.environ(pid).get(CLUSTER_ENV) == rec.cluster_id]
+
+
+def wait_gone(pids: Collection[int], timeout: float = 10.0) -> list[int]:
+    """Wait until none of ``pids`` exists (a zombie counts as gone); returns
+    those still there after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    left = [p for p in pids if procfs.state(p) not in (None, "Z")]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [p for p in left if procfs.state(p) not in (None, "Z")]
+    return left
+
+
+def reap_leftovers(current_cluster: str | None = None,
+                   clusters: Collection[str] | None = None) -> list[str]:
+    """End the process groups that crashed harnesses left behind, and
+    return once they are gone. One line per action, for the terminal.
+
+    Skips ``current_cluster``'s groups and groups whose owner still runs
+    (another suite on this machine); with ``clusters``, only those clusters'
+    groups are looked at. A record whose groups were ended is removed.
+    """
+    done: list[str] = []
+    killed: list[int] = []
+    for stored in read_records():
+        rec = stored.record
+        if rec is None:
+            done.append(f"unreadable process record {stored.path} ({stored.error}); removed")
+            stored.path.unlink(missing_ok=True)
+            continue
+        if clusters is not None and rec.cluster_id not in clusters:
+            continue
+        if rec.cluster_id == current_cluster or (rec.owner is not None and rec.owner.alive()):
+            continue
+        ours = leftover_members(rec)
+        for pid in ours:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+        if ours:
+            done.append(f"ended {len(ours)} leftover process(es) of {rec.name} "
+                        f"from cluster {rec.cluster_id} (group {rec.pgid})")
+        stored.path.unlink(missing_ok=True)
+    # "Ended" means gone: a SIGKILLed fault proxy still dying accepted the
+    # heal's connection and reset it, so heal-all, run right after, kept
+    # that run's toxic entry as unhealable.
+    left = wait_gone(killed)
+    if left:
+        done.append(f"{len(left)} killed leftover process(es) still exist 10 s later: "
+                    f"{left[:10]} (uninterruptible sleep?); check them with ps")
+    return done
+
+
+# -- what the session may touch ---------------------------------------------------
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+LOOPBACK: tuple[Network, ...] = (ipaddress.ip_network("127.0.0.0/8"),
+                                 ipaddress.ip_network("::1/128"))
+
+
+class NotOurs(ValueError):
+    """An address outside what the session may touch, or a network that is
+    not one; the message says which and what to do."""
+
+
+class Allowance:
+    """One network allowed until ``undo()`` (or the end of a ``with``)."""
+
+    def __init__(self, networks: AllowedNetworks, net: Network):
+        self.net = net
+        self._networks = networks
+        self._done = False
+
+    def undo(self) -> None:
+        """Stop allowing it (once; another allowance of the same network
+        keeps it allowed)."""
+        if not self._done:
+            self._done = True
+            self._networks._extra.remove(self.net)
+
+    def __enter__(self) -> Allowance:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.undo()
+
+
+class AllowedNetworks:
+    """The networks load and faults may reach: loopback always, and each
+    network someone allowed until they undo it."""
+
+    def __init__(self) -> None:
+        self._extra: list[Network] = []
+
+    @property
+    def networks(self) -> list[Network]:
+        return [*LOOPBACK, *dict.fromkeys(self._extra)]
+
+    def allow(self, net: str | Network) -> Allowance:
+        """Allow ``net`` (an address or a CIDR); ``NotOurs`` when it is not one."""
+        if isinstance(net, str):
+            try:
+                net = ipaddress.ip_network(net.strip(), strict=False)
+            except ValueError as e:
+                raise NotOurs(f"{net!r}: not a network ({e}); give an address or a CIDR such "
+                              "as 10.0.0.0/24") from None
+        self._extra.append(net)
+        return Allowance(self, net)
+
+    def require_ours(self, endpoint: Endpoint, what: str) -> None:
+        """``NotOurs`` unless ``endpoint`` is in an allowed network. Host
+        names other than ``localhost`` are refused: a name can resolve
+        anywhere."""
+        host = "127.0.0.1" if endpoint.host == "localhost" else endpoint.host
+        try:
+            addr = ipaddress.ip_address(host)
+        except ValueError:
+            raise NotOurs(f"{what}: {endpoint.host!r} is not an IP address; the suite acts only "
+                          "on loopback and on networks it created") from None
+        if not any(addr in net for net in self.networks):
+            raise NotOurs(
+                f"{what}: refusing to touch {endpoint.host}:{endpoint.port}: it is outside "
+                "loopback and the suite's own namespaces and containers. Ordeal only breaks "
+                "what it started; if this address is yours to break, name its network with "
+                "--allow-target CIDR.")
+
+
+#: This process's allowed networks: the pytest session (or CLI) allows the
+#: user's networks at start, a Docker cluster its subnet while it runs.
+SESSION_NETWORKS = AllowedNetworks()
