@@ -51,9 +51,9 @@ def spec_for(rate: float, duration: float, seed: int) -> Any:
 
 
 def ordeal_run(url: str, rate: float, duration: float, seed: int, tmp: Path) -> dict[str, Any]:
-    from load.workload import WorkloadRunner
     from invariants.base import RunContext, check_all
     from invariants.slo import LatencySLO
+    from load.workload import WorkloadRunner
     from ordeal.history.reader import read_history
     from ordeal.history.writer import History
 
@@ -152,8 +152,8 @@ def show(label: str, res: dict[str, Any]) -> None:
 
 def run(quick: bool = False, pairs: int | None = None, rate: float = 4.0) -> dict[str, Any]:
     from engines.vllm.model import ensure_tiny_model
-    from nodes.ports import free_ports
     from engines.vllm.nodes import VllmReplica
+    from nodes.ports import free_ports
     from ordeal.topology import Endpoint
 
     pairs = pairs or (3 if quick else 6)

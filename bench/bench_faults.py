@@ -163,9 +163,9 @@ def run(quick: bool = False, reps: int | None = None, kinds: list[str] | None = 
     from faults.process_kill import ProcessKill
     from faults.process_pause import ProcessPause
     from faults.proxy.launch import ProxyProcess
+    from nodes.local import LocalNode
     from nodes.ports import free_ports
     from nodes.process import ManagedProcess
-    from nodes.local import LocalNode
     from ordeal.topology import Endpoint, Link
 
     reps = reps or (8 if quick else 20)

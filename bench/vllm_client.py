@@ -89,10 +89,9 @@ def serve() -> None:
     ({"url", "prompts", "rate", "burstiness", "out"}), printing DONE or
     FAILED per line: runs can alternate with another client's without
     paying vLLM's import (~15 s) each time."""
+    import os
     import sys
     import traceback
-
-    import os
     if "--cpu" in sys.argv:
         os.sched_setaffinity(0, {int(sys.argv[sys.argv.index("--cpu") + 1])})
     import vllm.benchmarks.serve  # noqa: F401 - the import is the slow part

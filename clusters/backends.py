@@ -7,15 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from faults.containers import DockerUnavailable
-from ordeal.config import ClusterSpec
-
 from clusters.docker import DockerCluster, DockerError
 from clusters.docker_image import ImageError
-from engines.triton.haproxy import HaproxyMissing
 from clusters.local import LocalCluster
 from clusters.ray import RayCluster, RayError
+from engines.triton.haproxy import HaproxyMissing
 from engines.triton.server import TritonMissing
+from faults.containers import DockerUnavailable
+from ordeal.config import ClusterSpec
 
 #: Errors that mean "this backend cannot start here", each with a message
 #: that says what to do: shown as such, without a stack trace.

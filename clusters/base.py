@@ -11,28 +11,30 @@ import concurrent.futures
 import os
 import sys
 from pathlib import Path
-from typing import Any
-
-from ordeal.topology import Endpoint, Link, NodeNotReady
+from typing import Any, Callable
 
 from engines.base import Upstream
 from nodes.ports import free_ports
-from nodes.process import ManagedProcess, REPO_ROOT
+from nodes.process import REPO_ROOT, ManagedProcess
 from nodes.waits import wait_http_ok
-
+from ordeal.topology import Endpoint, Link, NodeNotReady
 
 
 class ClusterBase:
     backend: str
     engine: str
-    nodes: list[Any]
-    router: Any
-    links: list[Link]
-    spec: Any
-    progress: Any
-    log_dir: Path
-    cluster_id: str
-    proxy: ManagedProcess | None
+
+    def __init__(self, spec: Any, cluster_id: str, log_dir: Path,
+                 progress: Callable[[str], None] = print, model: Any = None):
+        self.spec = spec
+        self.cluster_id = cluster_id  # labels every process and container it starts
+        self.log_dir = Path(log_dir)
+        self.progress = progress
+        self.model = model  # a model already made (tests share one), else made at start
+        self.nodes: list[Any] = []
+        self.router: Any = None
+        self.links: list[Link] = []
+        self.proxy: ManagedProcess | None = None
 
     @property
     def entrypoint(self) -> Endpoint:

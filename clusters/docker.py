@@ -31,21 +31,39 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from faults.containers import (CLUSTER_LABEL, NODE_LABEL, OWNER_LABEL, DockerUnavailable,
-                               container_members, docker_client)
-from ordeal.config import ClusterSpec
-from ordeal.ownership import (CLUSTER_ENV, NODE_ENV, OWNER_PID_ENV, SESSION_NETWORKS,
-                              Allowance, Owner)
-from ordeal.topology import Endpoint, Link, NodeNotReady, Role
-
 from clusters.base import ClusterBase
 from clusters.docker_image import ensure_base_image
 from engines.vllm.model import TinyModel, ensure_tiny_model
+from engines.vllm.nodes import (
+    REPLICA_HINT,
+    REPO_ROOT,
+    ROUTER_HINT,
+    probe_vllm_fingerprint,
+    replica_argv,
+    replica_env,
+    router_argv,
+    router_fingerprint,
+)
+from faults.containers import (
+    CLUSTER_LABEL,
+    NODE_LABEL,
+    OWNER_LABEL,
+    DockerUnavailable,
+    container_members,
+    docker_client,
+)
 from nodes.ports import free_ports
-from nodes.process import ManagedProcess
-from engines.vllm.nodes import (REPLICA_HINT, REPO_ROOT, ROUTER_HINT, probe_vllm_fingerprint,
-                          replica_argv, replica_env, router_argv, router_fingerprint)
 from nodes.waits import wait_http_ok
+from ordeal.config import ClusterSpec
+from ordeal.ownership import (
+    CLUSTER_ENV,
+    NODE_ENV,
+    OWNER_PID_ENV,
+    SESSION_NETWORKS,
+    Allowance,
+    Owner,
+)
+from ordeal.topology import Endpoint, Link, NodeNotReady, Role
 
 Progress = Callable[[str], None]
 #: Ports inside every container: each has an address of its own, so all
@@ -181,16 +199,8 @@ class DockerCluster(ClusterBase):
     def __init__(self, spec: ClusterSpec, cluster_id: str, log_dir: Path,
                  progress: Progress = print, model: TinyModel | None = None,
                  client: Any | None = None):
-        self.spec = spec
-        self.cluster_id = cluster_id
-        self.log_dir = Path(log_dir)
-        self.progress = progress
-        self.model = model
+        super().__init__(spec, cluster_id, log_dir, progress, model)
         self.client = client
-        self.nodes: list[DockerNode] = []
-        self.router: DockerNode | None = None
-        self.links: list[Link] = []
-        self.proxy: ManagedProcess | None = None
         self.network: Any = None
         self.subnet: ipaddress.IPv4Network | None = None
         self.gateway: str | None = None

@@ -14,15 +14,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ordeal.config import ClusterSpec
-from ordeal.topology import Link
-
 from clusters.base import HostFrontCluster
 from engines.registry import engine_for
 from engines.vllm.model import TinyModel
 from nodes.ports import free_ports
-from nodes.process import ManagedProcess
-from nodes.local import LocalNode
+from ordeal.config import ClusterSpec
 
 Progress = Callable[[str], None]
 
@@ -32,15 +28,7 @@ class LocalCluster(HostFrontCluster):
 
     def __init__(self, spec: ClusterSpec, cluster_id: str, log_dir: Path,
                  progress: Progress = print, model: TinyModel | None = None):
-        self.spec = spec
-        self.cluster_id = cluster_id
-        self.log_dir = Path(log_dir)
-        self.progress = progress
-        self.model = model
-        self.nodes: list[LocalNode] = []
-        self.router: LocalNode | None = None
-        self.links: list[Link] = []
-        self.proxy: ManagedProcess | None = None
+        super().__init__(spec, cluster_id, log_dir, progress, model)
         self.engine = spec.engine
         self.engine_adapter = engine_for(spec.engine)
         # Where a sequence jump tells the Triton client what to do (faults/

@@ -50,26 +50,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from faults.ray_node import RAY_OWNER_FILE, RAY_TEMP_PREFIX
-from ordeal import cgroup2, procfs
-from ordeal.config import ClusterSpec, state_dir
-from ordeal.ownership import SESSION_NETWORKS, NotOurs, Owner
-from ordeal.topology import Endpoint, Link, NodeNotReady
-
 from clusters.base import HostFrontCluster
 from engines.registry import engine_for
 from engines.vllm.model import TinyModel, ensure_tiny_model
-from nodes.ports import free_ports
-from nodes.process import ManagedProcess, group_members
 from engines.vllm.nodes import (
     REPLICA_HINT,
     REPO_ROOT,
-    VllmRouter,
     probe_vllm_fingerprint,
     replica_argv,
     replica_env,
 )
+from faults.ray_node import RAY_OWNER_FILE, RAY_TEMP_PREFIX
+from nodes.ports import free_ports
+from nodes.process import ManagedProcess, group_members
 from nodes.waits import http_get
+from ordeal import cgroup2, procfs
+from ordeal.config import ClusterSpec, state_dir
+from ordeal.ownership import SESSION_NETWORKS, NotOurs, Owner
+from ordeal.topology import Endpoint, NodeNotReady
 
 Progress = Callable[[str], None]
 
@@ -439,15 +437,7 @@ class RayCluster(HostFrontCluster):
 
     def __init__(self, spec: ClusterSpec, cluster_id: str, log_dir: Path,
                  progress: Progress = print, model: TinyModel | None = None):
-        self.spec = spec
-        self.cluster_id = cluster_id
-        self.log_dir = Path(log_dir)
-        self.progress = progress
-        self.model = model
-        self.nodes: list[Any] = []
-        self.router: VllmRouter | None = None
-        self.links: list[Link] = []
-        self.proxy: ManagedProcess | None = None
+        super().__init__(spec, cluster_id, log_dir, progress, model)
         self.head: RayNode | None = None
         self.ray_nodes: list[RayNode] = []  # worker nodes (replicas go there)
         self.address: str | None = None

@@ -24,11 +24,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from invariants.base import Result
+from load.workload import EngineClient, WorkloadSpec
+from nodes.local import LocalNode
 from ordeal.history.ops import Op
 from ordeal.topology import Endpoint
-
-from nodes.local import LocalNode
-from load.workload import EngineClient, WorkloadSpec
 
 COMMON_METRICS = ("requests_running", "requests_waiting", "queue_time_s_total", "success_total",
                   "failure_total", "memory_used_bytes", "kv_cache_usage", "prompt_tokens_total",

@@ -9,9 +9,9 @@ sequence skip, repeat or restart)."""
 
 from __future__ import annotations
 
-from ordeal.topology import Link
-
 from typing import Any
+
+from ordeal.topology import Link
 
 from .base import FaultError
 from .ledger import Ledger, LedgerEntry

@@ -27,7 +27,6 @@ import aiohttp
 
 from ordeal.history.ops import utc_iso
 
-
 #: Each check's own deadline; the probe's bar is 500 ms end to end.
 CHECK_DEADLINE_S = 0.4
 BAR_MS = 500.0

@@ -10,21 +10,19 @@ hung endpoint never stalls the load; each request has a short timeout.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ordeal.history.ops import MONITOR
-from ordeal.history.writer import History
-
 from load.gpu_telemetry import GpuTelemetry
 from load.metrics import MetricsParseError, parse_metrics
 from nodes.process import group_members
-from ordeal.journal import JournalTail, journal_path
 from nodes.waits import http_get, read_within
+from ordeal.history.ops import MONITOR
+from ordeal.history.writer import History
+from ordeal.journal import JournalTail, journal_path
 
 
 def group_rss_bytes(pgid: int | None, members: list[int] | None = None) -> int | None:

@@ -35,11 +35,10 @@ import aiohttp
 
 from faults.base import FaultError
 from faults.safety import require_ours
+from load.sse import SSEParser, StreamRecorder
 from ordeal.config import ConfigError
 from ordeal.history.writer import History, HistoryWriteError
 from ordeal.topology import Endpoint as Address
-
-from load.sse import SSEParser, StreamRecorder
 
 Endpoint = Literal["completions", "chat"]
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}

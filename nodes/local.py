@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ordeal.topology import Endpoint, Role
-
 from nodes.process import ManagedProcess, group_members
 from nodes.waits import wait_http_ok
+from ordeal.topology import Endpoint, Role
 
 
 class LocalNode:

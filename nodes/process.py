@@ -20,8 +20,15 @@ from collections import deque
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ordeal.ownership import (CLUSTER_ENV, NODE_ENV, OWNER_PID_ENV, Owner, ProcessRecord,
-                              remove_record, write_record)
+from ordeal.ownership import (
+    CLUSTER_ENV,
+    NODE_ENV,
+    OWNER_PID_ENV,
+    Owner,
+    ProcessRecord,
+    remove_record,
+    write_record,
+)
 from ordeal.procfs import group_members
 from ordeal.procfs import start_time as _proc_start_time
 

@@ -15,7 +15,6 @@ the last).
 
 from __future__ import annotations
 
-import statistics
 from typing import Any, Iterable
 
 from ordeal.gpu import reason_names

@@ -36,16 +36,15 @@ from faults.schedule import FaultChoice, Step, plan_schedule
 from faults.targets import select
 from invariants import DEFAULT_CHECKERS, RunContext, with_planted
 from invariants.base import Result
+from load import heap
+from load.router_watch import RouterGone
+from load.workload import WorkloadSpec
 from ordeal.config import ConfigError
 from ordeal.history.ops import HARNESS, MONITOR, Op
 from ordeal.history.reader import HistoryTail
 from ordeal.history.windows import INJECTED, FaultWindows, Window
 from ordeal.history.writer import History
 from reports.run_dir import write_json_atomic
-
-from load import heap
-from load.router_watch import RouterGone
-from load.workload import WorkloadSpec
 
 STATE_NAME = "endurance.json"
 INTERIM_NAME = "interim.json"

@@ -29,23 +29,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engines.registry import engine_for
+from engines.vllm.nodes import SERVED_MODEL_NAME
 from faults.base import Fault
 from faults.factory import build_faults
 from faults.heal_all import heal_entry
 from faults.ledger import Ledger
 from faults.schedule import Step
-from invariants import (CheckerSettings, HealthTruthful, NoSilentLoss, Result, RunContext,
-                        StreamWellFormed)
+from invariants import (
+    CheckerSettings,
+    HealthTruthful,
+    NoSilentLoss,
+    Result,
+    RunContext,
+    StreamWellFormed,
+)
 from invariants.base import check_all
+from load.monitor import Monitor
+from load.workload import PlannedRequest, WorkloadRunner, WorkloadSpec
 from ordeal.config import ConfigError
 from ordeal.history.ops import NEMESIS
 from ordeal.history.reader import read_history
 from ordeal.history.writer import History
-
-from load.monitor import Monitor
-from engines.registry import engine_for
-from engines.vllm.nodes import SERVED_MODEL_NAME
-from load.workload import PlannedRequest, WorkloadRunner, WorkloadSpec
 
 FORMAT_VERSION = 1
 #: Consistency checkers judged after every step (issue 12: at least these).

@@ -26,8 +26,13 @@ from typing import Any, Callable
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition, rule,
-                                 run_state_machine_as_test)
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from runs.explore import ExampleHarness, SavedSchedule, broken, make_clean, renumbered
 

@@ -29,6 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engines.registry import engine_for
+from engines.triton.pytriton import MODEL_NAME, TritonNode, send_generate
+from engines.vllm.model import ensure_tiny_model
 from faults.base import Fault
 from faults.gpu_memory_pressure import GpuMemoryPressure
 from faults.gpu_throttle import GpuThrottle
@@ -36,22 +39,27 @@ from faults.ledger import Ledger
 from faults.nemesis import FaultWindow, inject_then_heal
 from faults.process_kill import ProcessKill
 from faults.process_pause import ProcessPause
-from invariants import (Availability, CountersMonotonic, ErrorRate, Goodput, LatencySLO,
-                        LeakBound, NoSilentLoss, Recovery, RestartReadiness)
+from invariants import (
+    Availability,
+    CountersMonotonic,
+    ErrorRate,
+    Goodput,
+    LatencySLO,
+    LeakBound,
+    NoSilentLoss,
+    Recovery,
+    RestartReadiness,
+)
 from invariants.gpu import GpuMemoryBack, ThrottleExplained
 from invariants.settings import CheckerSettings, SLOTargets
+from load.monitor import Monitor
+from load.workload import WorkloadSpec, plan_requests
+from nodes.ports import free_ports
 from ordeal.history.reader import read_history
 from ordeal.topology import Endpoint
 from reports.gpu import gpu_phases, throttle_effect
 from reports.run_dir import RunDir
-
-from engines.registry import engine_for
-from engines.vllm.model import ensure_tiny_model
-from load.monitor import Monitor
-from nodes.ports import free_ports
 from runs.run import OrdealRun
-from engines.triton.pytriton import MODEL_NAME, TritonNode, send_generate
-from load.workload import WorkloadSpec, plan_requests
 
 
 class TritonCluster:

@@ -16,6 +16,8 @@ import random
 import time
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+from engines.base import ClientCounts
+from engines.registry import engine_for
 from faults.base import Fault
 from faults.factory import build_faults
 from faults.ledger import Ledger
@@ -23,20 +25,16 @@ from faults.nemesis import FaultWindow, inject_then_heal, run_schedule
 from faults.schedule import Step
 from invariants import CheckerSettings, Result, RunContext
 from invariants.base import check_all
+from load.health_probe import HealthProbe
+from load.monitor import Monitor
+from load.router_watch import DEFAULT_GRACE_S, RouterGone, RouterWatch
+from load.workload import WorkloadRunner, WorkloadSpec
 from ordeal.history.ops import MONITOR, NEMESIS, Op, utc_iso
 from ordeal.history.reader import read_history
 from ordeal.history.writer import History
 from reports.html import render_report
 from reports.run_dir import RunDir
 from reports.summary import build_summary
-
-from engines.base import ClientCounts
-
-from engines.registry import engine_for
-from load.health_probe import HealthProbe
-from load.monitor import Monitor
-from load.router_watch import DEFAULT_GRACE_S, RouterGone, RouterWatch
-from load.workload import WorkloadRunner, WorkloadSpec
 
 
 @dataclasses.dataclass

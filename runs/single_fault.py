@@ -21,11 +21,10 @@ from faults.catalogue import BACKEND_KINDS
 from faults.schedule import Step
 from invariants.histogram import LatencyHistogram
 from invariants.requests import STEADY, Request, RequestPairer, Timeline
+from load.workload import WorkloadSpec
 from ordeal.history.ops import MONITOR
 from ordeal.history.reader import read_history
-
 from runs.run import OrdealRun
-from load.workload import WorkloadSpec
 
 #: ``hold`` is the part of ``fault`` before the heal began: requests that
 #: started and ended while the fault alone acted. A heal that restarts

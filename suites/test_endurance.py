@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import pytest
 
-from runs.endurance import (EnduranceState, load_state, resume_history, run_endurance,
-                                save_state)
-from runs.run import OrdealRun
 from reports.baseline import apply_baseline
 from reports.run_dir import RunDir
+from runs.endurance import EnduranceState, load_state, resume_history, run_endurance, save_state
+from runs.run import OrdealRun
 
 pytestmark = [pytest.mark.endurance, pytest.mark.cluster]
 

@@ -29,9 +29,9 @@ from typing import Any
 
 import pytest
 
+from ordeal.config import ConfigError, parse_duration
 from runs.explore import broken, load_schedule, replay, save_schedule
 from runs.explore_machine import Exploration, explore, smallest
-from ordeal.config import ConfigError, parse_duration
 
 pytestmark = [pytest.mark.explore, pytest.mark.cluster]
 

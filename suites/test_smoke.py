@@ -15,8 +15,8 @@ import json
 import pytest
 
 from faults import Ledger, ProcessKill
-from runs.run import PlannedFault
 from load.workload import WorkloadSpec
+from runs.run import PlannedFault
 
 pytestmark = [pytest.mark.smoke, pytest.mark.cluster]
 

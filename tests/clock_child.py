@@ -20,10 +20,10 @@ from typing import Any
 
 from faults.factory import build_faults
 from faults.ledger import Ledger
-from runs.run import OrdealRun, PlannedFault
 from load.workload import WorkloadSpec
 from ordeal.topology import Endpoint, Link
 from reports.run_dir import RunDir
+from runs.run import OrdealRun, PlannedFault
 
 
 class Node:

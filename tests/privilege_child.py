@@ -23,15 +23,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from engines.vllm.nodes import SERVED_MODEL_NAME, VllmRouter
 from faults.base import FaultError, PrivilegeError
 from faults.factory import build_faults
 from faults.ledger import Ledger
 from faults.process_pause import wait_states
 from faults.proxy.client import ProxyClient
+from nodes.local import LocalNode
 from nodes.ports import free_ports
 from nodes.process import ManagedProcess
-from nodes.local import LocalNode
-from engines.vllm.nodes import SERVED_MODEL_NAME, VllmRouter
 from ordeal.topology import Endpoint, Link
 
 HEALTH_SERVER = r"""

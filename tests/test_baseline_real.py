@@ -19,10 +19,10 @@ import pytest
 
 from faults.factory import build_faults
 from faults.ledger import Ledger
-from runs.run import OrdealRun
 from load.workload import WorkloadSpec
 from reports.baseline import apply_baseline
 from reports.run_dir import RunDir
+from runs.run import OrdealRun
 
 CPU_THRESHOLDS = """
 [latency]

@@ -28,9 +28,9 @@ import pytest
 from harness_checks import negative_durations, pair_requests, read_intact
 
 from faults.clock_drift import EFFECT_DELAY_S, faketime_env, offset_spec, read_clock, write_clock
-from runs.single_fault import run_single_fault, split_by_phase
-from runs.run import OrdealRun
 from reports.run_dir import RunDir
+from runs.run import OrdealRun
+from runs.single_fault import run_single_fault, split_by_phase
 
 REPO = Path(__file__).resolve().parent.parent
 CHILD = Path(__file__).resolve().parent / "clock_child.py"

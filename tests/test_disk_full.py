@@ -19,11 +19,11 @@ import pytest
 from faults.factory import build_faults
 from faults.ledger import Ledger
 from faults.proxy.client import ProxyClient
-from runs.run import OrdealRun, PlannedFault
 from load.workload import WorkloadSpec
 from ordeal.history.reader import read_history
 from ordeal.history.writer import History, HistoryWriteError
 from reports.run_dir import RunDir
+from runs.run import OrdealRun, PlannedFault
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="not root: mounting a small tmpfs needs root")

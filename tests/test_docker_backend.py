@@ -16,18 +16,20 @@ import statistics
 import subprocess
 import sys
 import time
-import uuid
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
 
+from clusters.docker import DockerCluster, DockerError, unavailable_reason
+from engines.vllm.model import TinyModel
+from engines.vllm.nodes import SERVED_MODEL_NAME
 from faults import cgroup
-from faults.base import FaultError
 from faults.clock_drift import ClockDrift
-from faults.gpu_throttle import GpuThrottle
 from faults.containers import CLUSTER_LABEL, docker_client
+from faults.gpu_throttle import GpuThrottle
 from faults.iptables import chain_exists, list_chains
 from faults.ledger import Ledger
 from faults.network_latency import NetworkLatency
@@ -35,10 +37,7 @@ from faults.network_partition import NetworkPartition
 from faults.packet_loss import PacketLoss
 from faults.process_kill import ProcessKill
 from faults.process_pause import ProcessPause
-from clusters.docker import DockerCluster, DockerError, unavailable_reason
-from engines.vllm.model import TinyModel
 from load.monitor import node_journal, sample_node
-from engines.vllm.nodes import SERVED_MODEL_NAME
 from ordeal.config import ClusterSpec
 from ordeal.ownership import reap_leftovers
 from ordeal.procfs import state as proc_state

@@ -3,10 +3,10 @@ id. Planted duplicates are caught; legitimate retries are only counted."""
 
 import json
 
-from ordeal.journal import JournalTail
 from invariants import CheckerSettings, RunContext
 from invariants.duplicates import NoDuplicateExecution
 from ordeal.history.ops import Op
+from ordeal.journal import JournalTail
 
 S = 1_000_000_000
 

@@ -9,12 +9,21 @@ import json
 import pytest
 
 from faults.schedule import Step, is_healed_at_end
-from runs.endurance import (CATALOGUE, EndurancePlan, EnduranceState, Judge, StopCondition,
-                                kinds_option, load_state, remaining_steps, save_state)
 from invariants import RunContext
 from ordeal.config import ConfigError
 from ordeal.history.ops import MONITOR, NEMESIS
 from ordeal.history.writer import History
+from runs.endurance import (
+    CATALOGUE,
+    EndurancePlan,
+    EnduranceState,
+    Judge,
+    StopCondition,
+    kinds_option,
+    load_state,
+    remaining_steps,
+    save_state,
+)
 
 ALL = tuple(c.kind for c in CATALOGUE)
 

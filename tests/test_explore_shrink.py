@@ -19,10 +19,10 @@ import pytest
 from hypothesis import strategies as st
 
 from faults.ledger import Ledger
+from reports.run_dir import RunDir
 from runs.explore import broken, load_schedule, make_clean, replay, save_schedule
 from runs.explore_machine import Exploration, ExplorePlan, explore, smallest
 from runs.run import OrdealRun
-from reports.run_dir import RunDir
 
 BUDGET_S = 300.0
 #: Past the budget one example may still be running (its hold, its drain of

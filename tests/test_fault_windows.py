@@ -7,8 +7,16 @@ from hypothesis import strategies as st
 
 from ordeal.history.ops import Op
 from ordeal.history.reader import HistoryTail, read_history
-from ordeal.history.windows import (CLOSED, HEALING, INJECT_FAILED, INJECTED, OPENED,
-                                    FaultWindows, Window, fault_windows)
+from ordeal.history.windows import (
+    CLOSED,
+    HEALING,
+    INJECT_FAILED,
+    INJECTED,
+    OPENED,
+    FaultWindows,
+    Window,
+    fault_windows,
+)
 from ordeal.history.writer import History
 
 KEYS = [("process_kill", "replica-0"), ("lsn_jump", "router-replica-0"),

@@ -25,8 +25,8 @@ from faults import Ledger
 from faults.cotenant import GpuSample, nvml_device_count, nvml_sample, proc_start_time
 from faults.gpu_memory_pressure import GpuMemoryPressure
 from faults.gpu_throttle import GpuThrottle
-from nodes.process import ManagedProcess
 from nodes.local import LocalNode
+from nodes.process import ManagedProcess
 from ordeal.topology import Endpoint
 
 PY = sys.executable

@@ -12,11 +12,11 @@ import time
 
 import pytest
 
+from invariants.base import RunContext
+from invariants.gpu import GpuMemoryBack
+from invariants.settings import CheckerSettings, SLOTargets
 from load.gpu_telemetry import GpuTelemetry, reading_value
 from load.monitor import Monitor
-from invariants.base import RunContext
-from invariants.settings import CheckerSettings, SLOTargets
-from invariants.gpu import GpuMemoryBack
 from ordeal.gpu import is_slowdown, reason_names
 from ordeal.history.ops import Op
 from ordeal.history.reader import read_history

@@ -12,10 +12,10 @@ import re
 import aiohttp
 import pytest
 
+from engines.vllm.nodes import SERVED_MODEL_NAME
 from faults.ledger import Ledger
 from faults.network_partition import NetworkPartition
 from faults.process_pause import ProcessPause
-from engines.vllm.nodes import SERVED_MODEL_NAME
 from load.health_probe import CHECK_DEADLINE_S, HealthProbe
 
 pytestmark = pytest.mark.cluster

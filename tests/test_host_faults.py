@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from engines.vllm.model import ensure_tiny_model
+from engines.vllm.nodes import SERVED_MODEL_NAME, VllmReplica
 from faults import FaultError, Ledger, cgroup
 from faults.clock_drift import (
     NEUTRAL,
@@ -40,11 +42,9 @@ from faults.clock_drift import (
 from faults.cotenant import mem_available_bytes, proc_start_time, rss_bytes
 from faults.gpu_memory_pressure import GpuMemoryPressure
 from faults.gpu_throttle import GpuThrottle
-from engines.vllm.model import ensure_tiny_model
+from nodes.local import LocalNode
 from nodes.ports import free_ports
 from nodes.process import ManagedProcess, group_members
-from nodes.local import LocalNode
-from engines.vllm.nodes import SERVED_MODEL_NAME, VllmReplica
 from ordeal.topology import Endpoint
 
 PY = sys.executable

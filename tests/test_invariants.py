@@ -1,7 +1,7 @@
 """Every checker catches a planted violation and passes a clean history."""
 
-from ordeal.history.ops import Op
 from invariants import NoSilentLoss, RunContext, StreamWellFormed, merge_valid, run_checker
+from ordeal.history.ops import Op
 
 CTX = RunContext(run_id="t")
 

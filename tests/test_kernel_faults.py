@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from engines.vllm.model import ensure_tiny_model
+from engines.vllm.nodes import SERVED_MODEL_NAME, VllmReplica
 from faults import iptables
 from faults.base import FaultError
 from faults.iptables import ChainSpec, RuleCounter
@@ -38,12 +40,10 @@ from faults.ledger import Ledger
 from faults.network_partition import NetworkPartition, partition_rules
 from faults.packet_loss import PacketLoss, loss_counters, loss_rules
 from faults.process_pause import Member, ProcessPause, continue_members
-from ordeal.procfs import state as proc_state
-from engines.vllm.model import ensure_tiny_model
+from nodes.local import LocalNode
 from nodes.ports import free_ports
 from nodes.process import ManagedProcess
-from nodes.local import LocalNode
-from engines.vllm.nodes import SERVED_MODEL_NAME, VllmReplica
+from ordeal.procfs import state as proc_state
 from ordeal.topology import Endpoint
 
 REPO = Path(__file__).resolve().parent.parent

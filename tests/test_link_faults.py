@@ -39,10 +39,10 @@ from faults.lsn_jump import LsnJump
 from faults.network_latency import NetworkLatency
 from faults.proxy import ProxyClient
 from faults.proxy.launch import ProxyProcess
-from nodes.ports import free_ports
-from load.workload import CANARY_PROMPTS, Outcome, PlannedRequest, send_request
 from invariants import RunContext, StreamWellFormed
 from invariants.usage import UsageMatchesTokens
+from load.workload import CANARY_PROMPTS, Outcome, PlannedRequest, send_request
+from nodes.ports import free_ports
 from ordeal.history.reader import read_history
 from ordeal.history.writer import History
 from ordeal.topology import Endpoint, Link

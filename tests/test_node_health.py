@@ -2,8 +2,8 @@
 
 import pytest
 
-from load.metrics import MetricsParseError, parse_metrics
 from invariants import CountersMonotonic, HealthTruthful, LeakBound, RunContext
+from load.metrics import MetricsParseError, parse_metrics
 from ordeal.history.ops import Op
 
 S = 1_000_000_000

@@ -17,8 +17,17 @@ import pytest
 
 from conftest import pids_alive
 from ordeal import procfs
-from ordeal.ownership import (CLUSTER_ENV, AllowedNetworks, NotOurs, Owner, ProcessRecord,
-                              read_records, reap_leftovers, record_path, write_record)
+from ordeal.ownership import (
+    CLUSTER_ENV,
+    AllowedNetworks,
+    NotOurs,
+    Owner,
+    ProcessRecord,
+    read_records,
+    reap_leftovers,
+    record_path,
+    write_record,
+)
 from ordeal.topology import Endpoint
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,9 +11,9 @@ import pytest
 
 from conftest import pids_alive
 from faults import FaultError, Ledger, ProcessKill
+from nodes.local import LocalNode
 from nodes.ports import free_ports
 from nodes.process import ManagedProcess
-from nodes.local import LocalNode
 from ordeal.topology import Endpoint
 
 

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from conftest import pids_alive
+from nodes.local import LocalNode
 from nodes.ports import free_ports
 from nodes.process import ManagedProcess, group_members
-from nodes.local import LocalNode
 from ordeal.ownership import reap_leftovers
 from ordeal.topology import Endpoint, NodeNotReady
 

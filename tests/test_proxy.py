@@ -35,8 +35,8 @@ from faults.proxy.connection import Connection
 from faults.proxy.http_parse import Body, End, Head, Opaque, ResponseParser
 from faults.proxy.launch import ProxyProcess
 from faults.proxy.toxics import REGISTRY
-from nodes.ports import free_ports
 from load.sse import SSEParser
+from nodes.ports import free_ports
 from ordeal.topology import Link
 
 REPO = Path(__file__).resolve().parent.parent

@@ -27,15 +27,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from clusters.ray import RayCluster, RayError, RayPorts, check_loopback, unavailable_reason
+from engines.vllm.nodes import SERVED_MODEL_NAME
+from faults import iptables
 from faults.base import FaultError
 from faults.ledger import Ledger
 from faults.process_kill import ProcessKill
-from faults import iptables
-from faults.ray_node import (RayNodeLoss, RayNodePartition, RayNodePause, partition_rules,
-                             port_lists)
-from clusters.ray import (RayCluster, RayError, RayPorts, check_loopback,
-                                  unavailable_reason)
-from engines.vllm.nodes import SERVED_MODEL_NAME
+from faults.ray_node import RayNodeLoss, RayNodePartition, RayNodePause, partition_rules, port_lists
 from ordeal import cgroup2, procfs
 from ordeal.config import ClusterSpec, ConfigError
 from ordeal.ownership import CLUSTER_ENV

@@ -11,17 +11,17 @@ import urllib.request
 
 import pytest
 
-from faults import Ledger, ProcessKill
 from engines.vllm.model import ensure_tiny_model
+from engines.vllm.nodes import SERVED_MODEL_NAME, VllmReplica
+from faults import Ledger, ProcessKill
+from invariants import NoSilentLoss, RunContext, StreamWellFormed
 from load.monitor import node_journal
-from ordeal.journal import JournalTail
+from load.workload import CANARY_PROMPTS, WorkloadRunner, WorkloadSpec
 from nodes.ports import free_ports
 from nodes.process import group_members
-from engines.vllm.nodes import SERVED_MODEL_NAME, VllmReplica
-from load.workload import CANARY_PROMPTS, WorkloadRunner, WorkloadSpec
-from invariants import NoSilentLoss, RunContext, StreamWellFormed
 from ordeal.history.reader import read_history
 from ordeal.history.writer import History
+from ordeal.journal import JournalTail
 from ordeal.topology import Endpoint, NodeNotReady
 
 pytestmark = pytest.mark.cluster
@@ -82,6 +82,7 @@ def test_real_traffic_is_recorded_and_judged_valid(ordeal_cluster, tmp_path):
     # lost, repeated or swapped event.
     async def direct():
         import aiohttp
+
         from load.workload import PlannedRequest, send_request
         req = PlannedRequest(0, 0.0, "completions", True, "direct sequence", 12, 0.0, False)
         async with aiohttp.ClientSession() as s:

@@ -17,10 +17,16 @@ import pytest
 
 from faults.ledger import Ledger
 from faults.schedule import Step
-from runs.explore import (SavedSchedule, ScheduleFileError, broken, load_schedule, replay,
-                              save_schedule)
-from runs.run import OrdealRun
 from reports.run_dir import RunDir
+from runs.explore import (
+    SavedSchedule,
+    ScheduleFileError,
+    broken,
+    load_schedule,
+    replay,
+    save_schedule,
+)
+from runs.run import OrdealRun
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "docs" / "examples" / "engine-pause-health-lie.json"

@@ -234,8 +234,8 @@ def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 @pytest.mark.cluster
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_real_run_report_renders_in_headless_chromium(ordeal_cluster, tmp_path):
-    from runs.run import OrdealRun
     from load.workload import WorkloadSpec
+    from runs.run import OrdealRun
 
     run = OrdealRun(RunDir.create(tmp_path / "runs", "report_screenshot"), "report_screenshot",
                     ordeal_cluster, progress=lambda _: None)

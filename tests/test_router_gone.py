@@ -20,18 +20,18 @@ import urllib.request
 import pytest
 from harness_checks import pair_requests, read_intact
 
+from engines.vllm.nodes import SERVED_MODEL_NAME
 from faults.factory import build_faults
 from faults.ledger import Ledger
 from faults.proxy.client import ProxyClient
+from load.router_watch import RouterGone, RouterWatch, exit_status_text
+from load.workload import WorkloadSpec
+from nodes.local import LocalNode
 from nodes.ports import free_ports
 from nodes.process import ManagedProcess
-from load.router_watch import RouterGone, RouterWatch, exit_status_text
-from runs.run import OrdealRun, PlannedFault
-from nodes.local import LocalNode
-from engines.vllm.nodes import SERVED_MODEL_NAME
-from load.workload import WorkloadSpec
 from ordeal.topology import Endpoint
 from reports.run_dir import RunDir
+from runs.run import OrdealRun, PlannedFault
 
 
 def test_exit_status_text_names_the_signal():

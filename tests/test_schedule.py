@@ -2,8 +2,8 @@
 tested exactly; the executor runs a real (file-flipping) fault."""
 
 import asyncio
-import time
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,6 @@ from faults.targets import select
 from ordeal.config import ConfigError
 from ordeal.history.reader import read_history
 from ordeal.history.writer import History
-
 
 # -- targets ----------------------------------------------------------------
 

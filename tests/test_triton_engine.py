@@ -16,25 +16,25 @@ import subprocess
 
 import pytest
 
-from faults import Ledger
-from faults.factory import build_faults
-from engines.base import COMMON_METRICS, ClientCounts
-from engines.triton.haproxy import haproxy_config, haproxy_executable
 from clusters.local import LocalCluster
-from load.metrics import fetch_metrics
-from runs.run import OrdealRun, PlannedFault
+from engines.base import COMMON_METRICS, ClientCounts
 from engines.triton.client import JumpControl, SequencePlanner, Step, jumped
+from engines.triton.haproxy import haproxy_config, haproxy_executable
 from engines.triton.models import UNCHECKED_SEQUENCE_MODEL
 from engines.triton.server import TritonMissing, TritonServerNode, check
-from load.workload import WorkloadRunner, WorkloadSpec
+from faults import Ledger
+from faults.factory import build_faults
 from invariants import RunContext
 from invariants.sequence import SequenceConsistent, rejection_cause
+from load.metrics import fetch_metrics
+from load.workload import WorkloadRunner, WorkloadSpec
 from ordeal.config import ClusterSpec
 from ordeal.history.ops import Op
 from ordeal.history.reader import read_history
 from ordeal.history.writer import History
 from ordeal.topology import Endpoint
 from reports.run_dir import RunDir
+from runs.run import OrdealRun, PlannedFault
 
 # -- the sequence checker, on planted histories ------------------------------------------------
 

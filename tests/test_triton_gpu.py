@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from load.gpu_telemetry import GpuTelemetry
 from engines.triton.pytriton import _grpc_error, pytriton_missing
+from load.gpu_telemetry import GpuTelemetry
 
 
 class FakeRpcError(Exception):

@@ -7,15 +7,15 @@ recorded op with its reason, and the checkers must judge it right.
 """
 
 import asyncio
-import json
 import contextlib
+import json
 
 import pytest
 from aiohttp import web
 
-from nodes.ports import free_ports
-from load.workload import WorkloadRunner, WorkloadSpec
 from invariants import NoSilentLoss, RunContext, StreamWellFormed
+from load.workload import WorkloadRunner, WorkloadSpec
+from nodes.ports import free_ports
 from ordeal.history.reader import read_history
 from ordeal.history.writer import History
 

@@ -19,22 +19,36 @@ import urllib.request
 from types import SimpleNamespace
 from typing import Any
 
-from invariants import (Availability, CanaryDeterminism, CountersMonotonic, ErrorRate, Goodput,
-                        LatencySLO, LeakBound, NoSilentLoss, Recovery, RestartReadiness)
-from invariants.base import Result
-from invariants.sequence import SequenceConsistent
-from ordeal.history.ops import Op
-from ordeal.topology import Endpoint
-
 from engines.base import ClientCounts, Upstream, trace_files
-from engines.triton.haproxy import HaproxyRouter
 from engines.triton.client import TritonClient
-from engines.triton.models import (GENERATE_MODEL, ONCE_MODEL, SEQUENCE_MODEL, repository_digest,
-                            write_repository)
+from engines.triton.haproxy import HaproxyRouter
+from engines.triton.models import (
+    GENERATE_MODEL,
+    ONCE_MODEL,
+    SEQUENCE_MODEL,
+    repository_digest,
+    write_repository,
+)
 from engines.triton.server import TritonServerNode
 from engines.vllm.adapter import node_starts
-from nodes.local import LocalNode
+from invariants import (
+    Availability,
+    CanaryDeterminism,
+    CountersMonotonic,
+    ErrorRate,
+    Goodput,
+    LatencySLO,
+    LeakBound,
+    NoSilentLoss,
+    Recovery,
+    RestartReadiness,
+)
+from invariants.base import Result
+from invariants.sequence import SequenceConsistent
 from load.workload import WorkloadSpec
+from nodes.local import LocalNode
+from ordeal.history.ops import Op
+from ordeal.topology import Endpoint
 
 #: Triton's sample names -> the common names (durations are in microseconds).
 TRITON_COMMON = {"nv_inference_pending_request_count": "requests_waiting",

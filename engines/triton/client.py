@@ -31,11 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from load.workload import Prepared
 from engines.triton.haproxy import SEQUENCE_HEADER
-from engines.triton.pytriton import send_generate
 from engines.triton.models import GENERATE_MODEL, ONCE_MODEL, SEQUENCE_MODEL
-from load.workload import Outcome, PlannedRequest, WorkloadSpec, _latencies, output_hash
+from engines.triton.pytriton import send_generate
+from load.workload import Outcome, PlannedRequest, Prepared, WorkloadSpec, _latencies, output_hash
 
 JUMP_MODES = ("skip", "repeat", "restart")
 

@@ -30,11 +30,10 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
-from ordeal.topology import Endpoint
-
-from nodes.process import ManagedProcess
 from nodes.local import LocalNode
+from nodes.process import ManagedProcess
 from nodes.waits import wait_http_ok
+from ordeal.topology import Endpoint
 
 HEALTH_PATH = "/ordeal-router-health"
 SEQUENCE_HEADER = "x-ordeal-sequence"

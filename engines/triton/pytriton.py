@@ -34,12 +34,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ordeal.topology import Endpoint
-
-from nodes.process import ManagedProcess, REPO_ROOT
-from nodes.local import LocalNode
-from nodes.waits import wait_http_ok
 from load.workload import Outcome, _latencies, output_hash
+from nodes.local import LocalNode
+from nodes.process import REPO_ROOT, ManagedProcess
+from nodes.waits import wait_http_ok
+from ordeal.topology import Endpoint
 
 MODEL_NAME = "ordeal-tiny"
 #: Triton's metric samples the monitor keeps (label sets summed).

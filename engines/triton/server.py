@@ -33,14 +33,19 @@ import sysconfig
 import urllib.request
 from pathlib import Path
 
+from engines.triton.models import (
+    GENERATE_MODEL,
+    ONCE_MODEL,
+    SEQUENCE_MODEL,
+    UNCHECKED_SEQUENCE_MODEL,
+    repository_digest,
+    write_repository,
+)
 from faults.clock_drift import faketime_env, prepare_clock_file
-from ordeal.topology import Endpoint, NodeNotReady
-
-from nodes.process import ManagedProcess
-from engines.triton.models import (GENERATE_MODEL, ONCE_MODEL, SEQUENCE_MODEL,
-                            UNCHECKED_SEQUENCE_MODEL, repository_digest, write_repository)
 from nodes.local import LocalNode
+from nodes.process import ManagedProcess
 from nodes.waits import wait_http_ok
+from ordeal.topology import Endpoint, NodeNotReady
 
 STUB_NUMPY = "numpy==1.26.4"
 MODELS = (GENERATE_MODEL, ONCE_MODEL, SEQUENCE_MODEL, UNCHECKED_SEQUENCE_MODEL)

@@ -9,18 +9,17 @@ import os
 import urllib.request
 from typing import Any
 
+from engines.base import ClientCounts, Upstream
+from engines.vllm.model import ensure_tiny_model
+from engines.vllm.nodes import SERVED_MODEL_NAME, VllmReplica, VllmRouter
 from invariants import DEFAULT_CHECKERS
 from invariants.base import Result
+from load.metrics import fetch_metrics
+from load.workload import OpenAIClient, WorkloadSpec
+from nodes.local import LocalNode
+from nodes.ports import free_ports
 from ordeal.history.ops import Op
 from ordeal.topology import Endpoint
-
-from engines.base import ClientCounts, Upstream
-from load.metrics import fetch_metrics
-from engines.vllm.model import ensure_tiny_model
-from nodes.ports import free_ports
-from nodes.local import LocalNode
-from engines.vllm.nodes import SERVED_MODEL_NAME, VllmReplica, VllmRouter
-from load.workload import OpenAIClient, WorkloadSpec
 
 #: vLLM's sample names -> the common names.
 VLLM_COMMON = {"vllm:num_requests_running": "requests_running",

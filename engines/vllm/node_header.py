@@ -24,9 +24,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 
 from ordeal.journal import journal_path
+
 
 class NodeHeaderMiddleware:
     def __init__(self, app):  # type: ignore[no-untyped-def]

@@ -19,11 +19,9 @@ from pathlib import Path
 from typing import Sequence
 
 from faults.clock_drift import faketime_env, prepare_clock_file
-from ordeal.topology import Endpoint, Role
-
 from nodes.local import LocalNode
-from nodes.process import REPO_ROOT, ManagedProcess, group_members
-from nodes.waits import wait_http_ok
+from nodes.process import REPO_ROOT, ManagedProcess
+from ordeal.topology import Endpoint
 
 SERVED_MODEL_NAME = "ordeal-tiny"
 

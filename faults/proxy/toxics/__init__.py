@@ -5,9 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import (bandwidth, http_abort, http_delay_head, latency, limit_data,  # noqa: F401
-               reset_peer, slicer, sse_corrupt_json, sse_drop, sse_duplicate,
-               sse_error_event, sse_reorder, timeout, truncate_body)
+from . import (  # noqa: F401
+    bandwidth,
+    http_abort,
+    http_delay_head,
+    latency,
+    limit_data,
+    reset_peer,
+    slicer,
+    sse_corrupt_json,
+    sse_drop,
+    sse_duplicate,
+    sse_error_event,
+    sse_reorder,
+    timeout,
+    truncate_body,
+)
 from .base import DIRECTIONS, REGISTRY, Toxic, ToxicError
 from .l7 import L7Toxic
 
