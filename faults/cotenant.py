@@ -58,7 +58,7 @@ from .safety import require_running
 READY = "READY"
 
 
-# --- /proc reading (faults sit below fixtures, so no import from there) -----
+# --- /proc reading ----------------------------------------------------------
 
 def pids_with_tag(tag: str) -> list[int]:
     """Live processes whose environment carries ORDEAL_HELPER=tag: how a

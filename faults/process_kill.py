@@ -38,8 +38,8 @@ class ProcessKill(Fault):
     @classmethod
     def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
         """Nothing: the killed processes are gone. (What a crashed harness
-        left of the node's tree is ended by id at the next suite start,
-        nodes.process.reap_leftovers.)"""
+        left of the node's tree is ended by id by heal-all and at the next
+        suite start: ordeal.ownership.reap_leftovers.)"""
         return {}
 
     @classmethod
@@ -61,8 +61,7 @@ class ProcessKill(Fault):
 
         def alive() -> list[int]:
             # The leader's exit is not the tree's: a child with a large
-            # address space (vLLM's EngineCore) takes a moment longer to die
-            # (seen in CI: still listed right after the leader was reaped).
+            # address space (vLLM's EngineCore) takes a moment longer to die.
             leader = [pid] if self.node.is_running() and pid else []
             return leader or (group_members(pid) if pid else [])
         while alive() and time.monotonic() < deadline:

@@ -14,7 +14,7 @@ _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.
 
 def state_dir() -> Path:
     """Where the fault ledger and process records live: $ORDEAL_STATE_DIR, or
-    ~/.cache/ordeal/state. One place, read by faults and fixtures alike."""
+    ~/.cache/ordeal/state. One place, read by every layer."""
     base = os.environ.get("ORDEAL_STATE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ordeal", "state"
     )

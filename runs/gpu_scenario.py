@@ -1,5 +1,5 @@
-"""A real GPU inference run under GPU faults: one Triton node (fixtures.
-triton_engine) serving the tiny LM on CUDA, an open-loop load of streamed
+"""A real GPU inference run under GPU faults: one Triton node
+(engines.triton.pytriton) serving the tiny LM on CUDA, an open-loop load of streamed
 generate requests, and on a schedule: gpu_throttle (a co-tenant's bf16
 matmuls), gpu_memory_pressure (a co-tenant holding a share of device memory),
 process_pause (SIGSTOP/SIGCONT of the whole node) and process_kill (SIGKILL,

@@ -1,6 +1,6 @@
 """Start the fault proxy as a child process and wait for its READY line.
 
-For tests, benchmarks and tools; a cluster's fixtures may start it as a
+For tests, benchmarks and tools; a cluster backend may start it as a
 labelled ManagedProcess instead (same argv: ``proxy_argv``). The child runs
 in a session of its own and is only ever signalled by its own pid.
 """
