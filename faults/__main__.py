@@ -80,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     for line in remove_ray_leftovers():  # Ray temp dirs and cgroups of dead harnesses
         print(line)
-    healed = [x for x in lines if not x.startswith("left ")]
+    # This pass's own: not entries left to a live harness or another
+    # heal-all, nor failed or unreadable ones.
+    healed = [x for x in lines if x.startswith(("healed ", "closed "))]
     print(f"healed {len(healed)} ledger entr{'y' if len(healed) == 1 else 'ies'} in {ledger.dir}")
     return 0
 

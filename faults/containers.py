@@ -89,6 +89,13 @@ def _kept(labels: dict[str, str], current_cluster: str | None) -> bool:
     return labels.get(CLUSTER_LABEL) == current_cluster or (owner is not None and owner.alive())
 
 
+def _gone_meanwhile(e: Exception) -> bool:
+    """The engine says another cleanup got there first: the object is gone
+    (404) or its removal is already under way (409)."""
+    status = getattr(e, "status_code", None)
+    return status == 404 or (status == 409 and "in progress" in str(e))
+
+
 def remove_leftovers(client: Any | None = None,
                      current_cluster: str | None = None) -> list[str]:
     """Remove containers and networks of clusters whose harness is gone.
@@ -96,7 +103,9 @@ def remove_leftovers(client: Any | None = None,
     Only objects with our cluster label; a cluster whose harness still lives
     (another suite on this machine) is left alone, and so is
     ``current_cluster``. Returns one line per action. Without a Docker engine
-    there is nothing to remove and the answer is empty.
+    there is nothing to remove and the answer is empty. Safe beside another
+    cleanup: what it removed first (404, or a removal in progress) is
+    skipped without a word; the one whose removal succeeded reports it.
     """
     if client is None:
         try:
@@ -104,17 +113,30 @@ def remove_leftovers(client: Any | None = None,
         except DockerUnavailable:
             return []
     lines = []
-    for c in client.containers.list(all=True, filters={"label": CLUSTER_LABEL}):
+    # ignore_removed: a container listed, then removed by another cleanup
+    # before its details were fetched, is skipped, not a NotFound.
+    for c in client.containers.list(all=True, filters={"label": CLUSTER_LABEL},
+                                    ignore_removed=True):
         labels = c.labels or {}
         if _kept(labels, current_cluster):
             continue
-        c.remove(force=True)
+        try:
+            c.remove(force=True)
+        except Exception as e:
+            if _gone_meanwhile(e):
+                continue
+            raise
         lines.append(f"removed leftover container {c.name} of cluster "
                      f"{labels.get(CLUSTER_LABEL)}")
     for n in client.networks.list(filters={"label": CLUSTER_LABEL}):
         labels = n.attrs.get("Labels") or {}
         if _kept(labels, current_cluster):
             continue
-        n.remove()
+        try:
+            n.remove()
+        except Exception as e:
+            if _gone_meanwhile(e):
+                continue
+            raise
         lines.append(f"removed leftover network {n.name} of cluster {labels.get(CLUSTER_LABEL)}")
     return lines

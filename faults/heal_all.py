@@ -1,8 +1,15 @@
 """Heal from the ledger alone, with no live objects: after a crash, that is
 all there is. Each entry is undone by its kind's one inverse
-(``Fault.undo``, the same code the live heal runs), newest first."""
+(``Fault.undo``, the same code the live heal runs), newest first.
+
+Safe beside another heal-all (another xdist worker's session start, a
+``python -m faults heal-all`` beside a starting suite): one pass holds the
+ledger's heal lock at a time, and each entry is claimed before its undo
+runs, so it is healed, and reported, exactly once."""
 
 from __future__ import annotations
+
+from ordeal.ownership import Busy, Claimer
 
 from .catalogue import REGISTRY
 from .ledger import Ledger, LedgerEntry
@@ -16,14 +23,27 @@ def heal_entry(entry: LedgerEntry) -> str:
     return cls.heal_line(entry, cls.undo(entry))
 
 
-def heal_all(ledger: Ledger, skip_run: str | None = None, force: bool = False) -> list[str]:
+def heal_all(ledger: Ledger, skip_run: str | None = None, force: bool = False,
+             lock_timeout_s: float = 600.0) -> list[str]:
     """Heal every entry (except those of ``skip_run``, a live run's own, and,
     unless ``force``, those whose harness still runs: another pytest-xdist
     worker or suite on this machine, whose faults are not leftovers).
-    An entry whose heal fails stays in the ledger and its line says why, so
-    a second ``heal-all`` can retry; nothing is dropped silently.
+    An entry whose heal fails goes back to the ledger and its line says why,
+    so a later ``heal-all`` can retry; nothing is dropped silently.
     Newest injection first: a fault injected over another is undone before
-    it, as monkeypatch undoes its changes."""
+    it, as monkeypatch undoes its changes. An entry another heal-all healed
+    or holds is skipped without a word: it reports it."""
+    if not ledger.dir.is_dir():
+        return []
+    try:
+        with ledger.healing(lock_timeout_s):
+            return _heal_pending(ledger, skip_run, force)
+    except Busy as e:
+        return [f"left the ledger {ledger.dir} to another heal-all: {e}"]
+
+
+def _heal_pending(ledger: Ledger, skip_run: str | None, force: bool) -> list[str]:
+    me = Claimer.new()
     lines = []
     for entry in reversed(ledger.pending()):
         if isinstance(entry, str):
@@ -36,11 +56,21 @@ def heal_all(ledger: Ledger, skip_run: str | None = None, force: bool = False) -
                          f"pid {entry.owner.pid}, still runs and will heal it (heal-all --force "
                          "heals it now)")
             continue
+        claimed = ledger.claim(entry.id, me)
+        if claimed is None:
+            continue  # healed meanwhile, or being healed: someone else's
+        claim, entry = claimed
         try:
-            lines.append(heal_entry(entry))
-        except Exception as e:  # noqa: BLE001 - report, keep the entry, go on
+            line = heal_entry(entry)
+        except Exception as e:  # noqa: BLE001 - report, give the entry back, go on
+            ledger.give_back(claim, entry.id)
             lines.append(f"FAILED to heal {entry.kind} on {entry.target} ({entry.id}): "
-                         f"{type(e).__name__}: {e}; the entry stays in {ledger.dir}")
+                         f"{type(e).__name__}: {e}; the entry stays in {ledger.dir} for a "
+                         "later heal-all")
             continue
-        ledger.remove(entry.id)
+        except BaseException:
+            ledger.give_back(claim, entry.id)
+            raise
+        ledger.close(claim)
+        lines.append(line)
     return lines

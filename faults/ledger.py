@@ -6,6 +6,15 @@ effect. Entries are one JSON file each (atomic rename, fsync), so a crash
 mid-write leaves either the old state or the new one, never half of one.
 Entries come back in the order of injection (``seq``), so that heal-all can
 undo them newest first, as monkeypatch undoes its changes.
+
+Cleanups can run at once (two pytest-xdist workers' session start, a
+``python -m faults heal-all`` beside a starting suite): heal-all holds the
+ledger's heal lock (``healing``) for its whole pass, so one pass after the
+other keeps newest-first, and claims each entry (``claim``: an atomic rename,
+``ordeal.ownership.Claimer``) before it runs the undo, so an entry is healed
+and reported once. A vanished or claimed entry is someone else's; a claim
+whose heal-all died is taken over by the next; an entry whose heal failed
+goes back (``give_back``) for a later heal-all.
 """
 
 from __future__ import annotations
@@ -15,13 +24,16 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ordeal import ownership
 from ordeal.config import state_dir
 from ordeal.history.ops import utc_iso
-from ordeal.ownership import Owner
+from ordeal.ownership import Claimer, Owner
 
 
 def default_ledger_dir() -> Path:
@@ -86,20 +98,70 @@ class Ledger:
         os.rename(tmp, final)
         return entry
 
+    def path(self, entry_id: str) -> Path:
+        return self.dir / f"{entry_id}.json"
+
     def remove(self, entry_id: str) -> None:
-        (self.dir / f"{entry_id}.json").unlink(missing_ok=True)
+        """The owner's heal is done: its entry goes (a no-op when a forced
+        heal-all holds it: that one closes its claim)."""
+        self.path(entry_id).unlink(missing_ok=True)
+
+    @contextmanager
+    def healing(self, timeout_s: float = 600.0) -> Iterator[None]:
+        """Hold the ledger's heal lock: one heal-all pass at a time, so
+        concurrent ones still undo newest first. ``ordeal.ownership.Busy``
+        when another holds it longer than ``timeout_s``."""
+        with ownership.exclusive(self.dir / ".heal.lock", timeout_s):
+            yield
+
+    def claim(self, entry_id: str, claimer: Claimer) -> tuple[Path, LedgerEntry] | None:
+        """Take the entry for healing: its file, or a claim on it whose
+        claimer is gone, renamed to ``claimer``'s claim name. Returns the
+        claim and the entry as it stands now; None when it is someone
+        else's (healed, or being healed, by another)."""
+        mine = claimer.claim(self.path(entry_id))
+        if mine is None:
+            for claim, original in ownership.left_claims(self.dir):
+                if original.name == self.path(entry_id).name:
+                    mine = claimer.take_over(claim)
+                    if mine is not None:
+                        break
+        if mine is None:
+            return None
+        try:
+            return mine, LedgerEntry.from_dict(json.loads(mine.read_text()))
+        except (OSError, ValueError, TypeError):
+            ownership.give_back(mine, self.path(entry_id))  # pending() reports it unreadable
+            return None
+
+    def close(self, claim: Path) -> None:
+        """A claimed entry was healed: it goes."""
+        claim.unlink(missing_ok=True)
+
+    def give_back(self, claim: Path, entry_id: str) -> None:
+        """A claimed entry could not be healed: it goes back, open, for a
+        later heal-all."""
+        ownership.give_back(claim, self.path(entry_id))
 
     def pending(self) -> list[LedgerEntry | str]:
-        """Entries still open, oldest injection first; an unreadable file
-        comes back, after them, as its error text (reported, never silently
-        skipped)."""
+        """Entries still open (claimed ones too, until healed), oldest
+        injection first; an unreadable file comes back, after them, as its
+        error text (reported, never silently skipped)."""
         if not self.dir.is_dir():
             return []
-        entries: list[LedgerEntry] = []
-        unreadable: list[LedgerEntry | str] = []
-        for path in sorted(self.dir.glob("*.json")):
+        entries: dict[str, LedgerEntry] = {}
+        unreadable: list[str] = []
+        for path in sorted(self.dir.iterdir()):
+            claimed = ownership.parse_claim(path)
+            name = claimed[0].name if claimed is not None else path.name
+            if not name.endswith(".json") or (claimed is None and name.startswith(".")):
+                continue
             try:
-                entries.append(LedgerEntry.from_dict(json.loads(path.read_text())))
-            except (ValueError, TypeError) as e:
+                entry = LedgerEntry.from_dict(json.loads(path.read_text()))
+            except FileNotFoundError:
+                continue  # healed, or claimed, meanwhile
+            except (OSError, ValueError, TypeError) as e:
                 unreadable.append(f"{path}: unreadable ledger entry ({e})")
-        return [*sorted(entries, key=lambda e: (e.seq, e.injected)), *unreadable]
+                continue
+            entries.setdefault(entry.id, entry)
+        return [*sorted(entries.values(), key=lambda e: (e.seq, e.injected)), *unreadable]

@@ -42,7 +42,16 @@ from pathlib import Path
 from typing import Any
 
 from ordeal import cgroup2, procfs
-from ordeal.ownership import Owner, read_records, reap_leftovers
+from ordeal.config import state_dir
+from ordeal.ownership import (
+    Busy,
+    Claimer,
+    Owner,
+    exclusive,
+    left_claims,
+    read_records,
+    reap_leftovers,
+)
 
 from . import iptables
 from .base import Fault, FaultError, healed
@@ -422,26 +431,78 @@ def remove_leftovers(tmp: Path = Path("/tmp")) -> list[str]:
     record of a cluster that has a ``ray-*`` node record: nodes, then
     engines, by ``ordeal.ownership.reap_leftovers``), then remove their Ray
     temp dirs and cgroups. Only recorded groups and dirs with our owner
-    marker; a live harness's cluster is left alone."""
+    marker; a live harness's cluster is left alone.
+
+    Safe beside another cleanup: the groups and the temp dirs are claimed
+    one by one (``reap_leftovers``, ``remove_temp_dirs``); the cgroups,
+    found by their temp dir being gone, are removed under one lock in the
+    state dir, and one that a cleanup of another state dir removed first
+    is skipped as done."""
     ray_clusters = {s.record.cluster_id for s in read_records()
                     if s.record is not None and s.record.name.startswith("ray-")}
     lines = reap_leftovers(clusters=ray_clusters) if ray_clusters else []
-    for d in sorted(tmp.glob(f"{RAY_TEMP_PREFIX}*")):
+    try:
+        with exclusive(state_dir() / "ray-leftovers.lock"):
+            lines += remove_temp_dirs(tmp)
+            lines += _remove_cgroups(tmp)
+    except Busy as e:
+        lines.append(f"left the Ray temp dirs and cgroups to another cleanup: {e}")
+    return lines
+
+
+def remove_temp_dirs(tmp: Path = Path("/tmp")) -> list[str]:
+    """Remove the Ray temp dirs (``<tmp>/ordeal-ray-*``) whose owner marker
+    names a harness that is gone; one line per dir removed. A dir without
+    the marker is not ours and never touched. Each is claimed first
+    (``ordeal.ownership.Claimer``: renamed, atomically), so of cleanups at
+    once exactly one removes and reports it; one that vanished meanwhile was
+    someone else's, and a claim whose cleaner died is taken over."""
+    me = Claimer.new()
+    found = [(d, d) for d in sorted(tmp.glob(f"{RAY_TEMP_PREFIX}*"))]
+    found += [(claim, original) for claim, original in left_claims(tmp)
+              if original.name.startswith(RAY_TEMP_PREFIX)]
+    lines = []
+    for path, original in found:
         try:
-            owner = Owner.from_label((d / RAY_OWNER_FILE).read_text().split()[0])
+            owner = Owner.from_label((path / RAY_OWNER_FILE).read_text().split()[0])
         except (OSError, IndexError):
-            continue  # not ours (no marker): never touched
+            continue  # not ours (no marker), or removed meanwhile: never touched
         if owner is not None and owner.alive():
             continue
-        shutil.rmtree(d, ignore_errors=True)
-        lines.append(f"removed leftover Ray temp dir {d}")
-    # The nodes' cgroups (ray_node_partition), named like the temp dirs: a
-    # live harness's temp dir is still there, a dead one's was just removed.
+        mine = me.claim(path) if path == original else me.take_over(path)
+        if mine is None:
+            continue  # another cleanup has it
+        errors: list[str] = []
+
+        def failed(_func: Any, name: str, exc: Any, errors: list[str] = errors) -> None:
+            if not isinstance(exc[1], FileNotFoundError):
+                errors.append(f"{name}: {exc[1]}")
+
+        shutil.rmtree(mine, onerror=failed)
+        if errors:  # the claim stays: the next cleanup, ours gone, takes it over
+            lines.append(f"could not remove all of leftover Ray temp dir {original} (now "
+                         f"{mine.name}): {'; '.join(errors[:3])}")
+        else:
+            lines.append(f"removed leftover Ray temp dir {original}")
+    return lines
+
+
+def _remove_cgroups(tmp: Path) -> list[str]:
+    """The nodes' cgroups (ray_node_partition), named like the temp dirs:
+    a live harness's temp dir is still there, a dead one's was just
+    removed. One already gone was removed by someone else."""
+    lines = []
+    root = cgroup2.mount_point()
     for rel in cgroup2.ours():
-        if rel.startswith(f"/{RAY_TEMP_PREFIX}") and not (tmp / rel.lstrip("/")).exists():
-            left = cgroup2.kill_all(rel)  # born on a dead harness's node: ours
-            if left:
-                lines.append(f"ended {len(left)} leftover process(es) in cgroup {rel}")
-            problems = cgroup2.remove(rel)
-            lines += problems or [f"removed leftover cgroup {rel}"]
+        if not rel.startswith(f"/{RAY_TEMP_PREFIX}") or (tmp / rel.lstrip("/")).exists():
+            continue
+        left = cgroup2.kill_all(rel)  # born on a dead harness's node: ours
+        if left:
+            lines.append(f"ended {len(left)} leftover process(es) in cgroup {rel}")
+        existed = root is not None and (root / rel.lstrip("/")).is_dir()
+        problems = cgroup2.remove(rel)
+        if problems:
+            lines += problems
+        elif existed:
+            lines.append(f"removed leftover cgroup {rel}")
     return lines

@@ -13,6 +13,15 @@ it may touch. One home for it, read by nodes, faults, clusters and heal-all.
   for the next one to end its groups (``reap_leftovers``): by process-group
   id, after checking the record's owner is gone and, where the group's
   leader changed, the label. Never by name.
+- Claims: cleanups can run at once (two pytest-xdist workers' session start,
+  a second harness, ``python -m faults heal-all`` beside a starting suite),
+  so a cleaner first takes a leftover by renaming it to a claim name of its
+  own (``Claimer``: ``.<name>.claim.<owner label>.<token>``). The rename is
+  atomic: exactly one cleaner wins and acts and reports; the others find it
+  gone and skip it, as done by someone else. A claim whose claimer is gone
+  is itself a leftover, and the next cleaner takes it over. Where order
+  matters across cleaners (the ledger, newest first), ``exclusive`` holds a
+  lock file for the whole pass.
 - Allowed networks: loopback, plus networks the session names (the user's
   ``--allow-target``, the Docker cluster's own subnet) for as long as it
   names them. Load and faults refuse anything else before a byte is sent.
@@ -20,12 +29,15 @@ it may touch. One home for it, read by nodes, faults, clusters and heal-all.
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import json
 import os
 import signal
 import time
-from collections.abc import Collection
+import uuid
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -83,6 +95,138 @@ class Owner:
         return cls(int(pid), start)
 
 
+# -- claims: one cleaner per leftover ---------------------------------------------
+
+#: What a claim's name holds between the original name and the claimer.
+CLAIM_MARK = ".claim."
+
+
+def running(owner: Owner | None) -> bool:
+    """``owner`` still runs: another process (``Owner.alive``) or this very
+    one (another thread of it may be the claimer)."""
+    return owner is not None and (owner.alive() or owner == Owner.current())
+
+
+@dataclass(frozen=True)
+class Claimer:
+    """One cleanup pass: this process (its ``Owner``) and a token of its own,
+    so that two passes of one process (threads) claim apart too."""
+
+    owner: Owner
+    token: str
+
+    @classmethod
+    def new(cls) -> Claimer:
+        return cls(Owner.current(), uuid.uuid4().hex[:8])
+
+    def name_for(self, original: Path) -> Path:
+        """The claim name of ``original``: hidden, next to it, and naming
+        the claimer, so listings of the originals (``*.json``,
+        ``ordeal-ray-*``) never see it and the next cleaner can tell whether
+        the claimer still runs."""
+        return original.with_name(
+            f".{original.name}{CLAIM_MARK}{self.owner.label()}.{self.token}")
+
+    def claim(self, path: Path) -> Path | None:
+        """Take ``path`` (a file or a directory) by renaming it to our claim
+        name, atomically: of cleaners racing for it exactly one gets it.
+        Returns where it lies now, or None when it is gone: someone else's
+        (healed, ended or claimed meanwhile)."""
+        return _moved(path, self.name_for(path))
+
+    def take_over(self, claim: Path) -> Path | None:
+        """Take a claim whose claimer is gone (a cleaner that died before it
+        finished), renamed to our claim name as ``claim`` does. None when its
+        claimer still runs or another cleaner took it first."""
+        parsed = parse_claim(claim)
+        if parsed is None or running(parsed[1]):
+            return None
+        return _moved(claim, self.name_for(parsed[0]))
+
+
+def _moved(src: Path, dst: Path) -> Path | None:
+    try:
+        os.rename(src, dst)
+    except FileNotFoundError:
+        return None
+    return dst
+
+
+def parse_claim(path: Path) -> tuple[Path, Owner | None] | None:
+    """A claim name's original path and claimer (None when the claimer's
+    label is unreadable: a leftover claim); None for a name that is not a
+    claim."""
+    name = path.name
+    if not name.startswith(".") or CLAIM_MARK not in name:
+        return None
+    original, _, rest = name[1:].rpartition(CLAIM_MARK)
+    label, dot, token = rest.rpartition(".")
+    if not original or not dot or not token:
+        return None
+    return path.with_name(original), Owner.from_label(label)
+
+
+def left_claims(directory: Path) -> list[tuple[Path, Path]]:
+    """Claims in ``directory`` whose claimer is gone, as (claim, original),
+    in the originals' name order: leftovers for the next cleaner."""
+    try:
+        names = sorted(os.listdir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for name in names:
+        parsed = parse_claim(directory / name)
+        if parsed is not None and not running(parsed[1]):
+            out.append((directory / name, parsed[0]))
+    return sorted(out, key=lambda c: c[1].name)
+
+
+def give_back(claim: Path, original: Path) -> None:
+    """Put a claimed file back where it was (its cleaner could not finish:
+    it stays a leftover for a later one). Never over a newer file of that
+    name: then the claim is simply dropped."""
+    try:
+        os.link(claim, original)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        return
+    except OSError:  # no hard links on this file system
+        os.rename(claim, original)
+        return
+    claim.unlink(missing_ok=True)
+
+
+class Busy(TimeoutError):
+    """A lock another cleaner held for longer than we would wait."""
+
+
+@contextmanager
+def exclusive(lock: Path, timeout_s: float = 600.0) -> Iterator[None]:
+    """Hold the lock file ``lock`` (flock: released when the holder ends,
+    however it ends) for the ``with`` block, waiting for another holder up
+    to ``timeout_s``; ``Busy`` after that, naming the holder."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+                    raise Busy(f"{lock} held by {holder or 'another process'} for more than "
+                               f"{timeout_s:.0f} s") from None
+                time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid:start_time {Owner.current().label()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
 # -- process records ------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -136,18 +280,23 @@ class StoredRecord:
     error: str | None = None
 
 
+def read_record(path: Path) -> StoredRecord | None:
+    """The record file at ``path``; None when it is gone (ended, or claimed
+    by a reaper, meanwhile)."""
+    try:
+        return StoredRecord(path, ProcessRecord.from_dict(json.loads(path.read_text())))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError) as e:
+        return StoredRecord(path, None, f"{type(e).__name__}: {e}")
+
+
 def read_records() -> list[StoredRecord]:
-    """Every record file, in name order (a cluster's records by node name)."""
-    out: list[StoredRecord] = []
+    """Every record file, in name order (a cluster's records by node name);
+    claimed ones (being reaped) are not listed."""
     directory = records_dir()
-    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
-        try:
-            out.append(StoredRecord(path, ProcessRecord.from_dict(json.loads(path.read_text()))))
-        except FileNotFoundError:
-            continue  # removed meanwhile: its group was stopped
-        except (OSError, ValueError, TypeError) as e:
-            out.append(StoredRecord(path, None, f"{type(e).__name__}: {e}"))
-    return out
+    paths = sorted(directory.glob("*.json")) if directory.is_dir() else []
+    return [s for s in map(read_record, paths) if s is not None]
 
 
 def record_of_group(pgid: int) -> ProcessRecord | None:
@@ -202,38 +351,76 @@ def reap_leftovers(current_cluster: str | None = None,
     Skips ``current_cluster``'s groups and groups whose owner still runs
     (another suite on this machine); with ``clusters``, only those clusters'
     groups are looked at. A record whose groups were ended is removed.
+
+    Safe beside other reapers: each record is claimed (``Claimer``) before
+    anything is done, so each group is ended and reported by exactly one of
+    them; a record claimed by another is skipped without a word, but its
+    members are waited for all the same. A claim whose reaper died is taken
+    over.
     """
+    me = Claimer.new()
     done: list[str] = []
     killed: list[int] = []
-    for stored in read_records():
-        rec = stored.record
-        if rec is None:
-            done.append(f"unreadable process record {stored.path} ({stored.error}); removed")
-            stored.path.unlink(missing_ok=True)
-            continue
-        if clusters is not None and rec.cluster_id not in clusters:
-            continue
-        if rec.cluster_id == current_cluster or (rec.owner is not None and rec.owner.alive()):
-            continue
-        ours = leftover_members(rec)
-        for pid in ours:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except ProcessLookupError:
-                pass
-        if ours:
-            done.append(f"ended {len(ours)} leftover process(es) of {rec.name} "
-                        f"from cluster {rec.cluster_id} (group {rec.pgid})")
-        stored.path.unlink(missing_ok=True)
+    elsewhere = _reap_pass(me, current_cluster, clusters, done, killed)
+    left = wait_gone([*killed, *elsewhere])
+    if set(left) - set(killed):
+        # Another reaper's groups still there: if it died before it ended
+        # them, its claims are leftovers now; take them over.
+        elsewhere = _reap_pass(me, current_cluster, clusters, done, killed)
+        left = wait_gone([*killed, *elsewhere])
     # "Ended" means gone: a SIGKILLed fault proxy still dying accepted the
     # heal's connection and reset it, so heal-all, run right after, kept
     # that run's toxic entry as unhealable.
-    left = wait_gone(killed)
+    left = [p for p in left if p in killed]
     if left:
         done.append(f"{len(left)} killed leftover process(es) still exist 10 s later: "
                     f"{left[:10]} (uninterruptible sleep?); check them with ps")
     return done
+
+
+def _reap_pass(me: Claimer, current_cluster: str | None, clusters: Collection[str] | None,
+               done: list[str], killed: list[int]) -> list[int]:
+    """One pass over the records and left claims: claim, end, report,
+    remove. Returns the members of leftover groups another reaper claimed."""
+    candidates = [(stored, stored.path) for stored in read_records()]
+    for claim, original in left_claims(records_dir()):
+        stored = read_record(claim) if original.suffix == ".json" else None
+        if stored is not None:
+            candidates.append((stored, original))
+    elsewhere: list[int] = []
+    for stored, original in candidates:
+        rec = stored.record
+        if rec is not None and (
+                (clusters is not None and rec.cluster_id not in clusters)
+                or rec.cluster_id == current_cluster
+                or (rec.owner is not None and rec.owner.alive())):
+            continue
+        # Only its owner writes a record, and this one's is gone: what was
+        # read is what is claimed.
+        mine = me.claim(original) if stored.path == original else me.take_over(stored.path)
+        if mine is None:  # another reaper has it: it ends and reports it
+            if rec is not None:
+                elsewhere += leftover_members(rec)
+            continue
+        try:
+            if rec is None:
+                done.append(f"unreadable process record {original} ({stored.error}); removed")
+            else:
+                ours = leftover_members(rec)
+                for pid in ours:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+                    except ProcessLookupError:
+                        pass
+                if ours:
+                    done.append(f"ended {len(ours)} leftover process(es) of {rec.name} "
+                                f"from cluster {rec.cluster_id} (group {rec.pgid})")
+        except BaseException:
+            give_back(mine, original)  # still a leftover, for the next reaper
+            raise
+        mine.unlink(missing_ok=True)
+    return elsewhere
 
 
 # -- what the session may touch ---------------------------------------------------

@@ -1,4 +1,10 @@
+import json
+import os
+import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -44,6 +50,68 @@ def pids_alive(pids):
         except OSError:
             pass
     return alive
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def at_once(mode: str, setup: str, body: str, tmp_path: Path, n: int = 2,
+            timeout: float = 60.0) -> list[list[str]]:
+    """Run ``body`` ``n`` times at the same moment and return each run's
+    result, a list of lines. ``mode`` "processes": ``n`` Python processes
+    (the repo and tests/ on the path) each run ``setup`` (imports), say
+    ready, wait for one go file, then run ``body``, which sets ``result``;
+    ended by pid in finally. ``mode`` "threads": ``setup`` and ``body`` run
+    in this process, ``n`` threads released by one barrier."""
+    if mode == "threads":
+        scope: dict = {}
+        exec(setup, scope)
+        barrier = threading.Barrier(n)
+        results: list = [None] * n
+
+        def one(i: int) -> None:
+            mine = dict(scope)
+            barrier.wait(timeout)
+            try:
+                exec(body, mine)
+                results[i] = mine["result"]
+            except BaseException as e:  # noqa: BLE001 - reported below
+                results[i] = e
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout)
+        assert not any(t.is_alive() for t in threads), "a thread still runs"
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return results
+    go = tmp_path / f"go-{time.monotonic_ns()}"
+    script = (f"{setup}\nimport json, os, time\nprint('ready', flush=True)\n"
+              f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.002)\n"
+              f"{body}\nprint(json.dumps(result), flush=True)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent)])}
+    procs = []
+    try:
+        for _ in range(n):
+            procs.append(subprocess.Popen([sys.executable, "-c", script], env=env,
+                                          cwd=tmp_path, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True))
+        for p in procs:
+            assert p.stdout.readline().strip() == "ready", p.stderr.read()
+        go.touch()
+        out = []
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=timeout)
+            assert p.returncode == 0, stderr
+            out.append(json.loads(stdout.strip().splitlines()[-1]))
+        return out
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def pytest_collection_modifyitems(items):

@@ -1,17 +1,24 @@
 """heal-all undoes the ledger newest injection first, with each kind's one
-inverse (``undo``): the same code the live heal runs."""
+inverse (``undo``): the same code the live heal runs. Two at once heal each
+entry once, still newest first."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from conftest import at_once
 from faults import catalogue
 from faults.base import Fault
 from faults.heal_all import heal_all
 from faults.ledger import Ledger, LedgerEntry
+from faults.ray_node import RAY_OWNER_FILE, RAY_TEMP_PREFIX
+from ordeal import procfs
+from ordeal.ownership import Claimer, Owner
 
 
 class Stacked(Fault):
@@ -125,3 +132,130 @@ def test_an_entry_of_the_previous_format_is_healed(tmp_path, stacked):
     assert entry.owner.pid == 1 and entry.owner.start_time == "gone" and not entry.owner.alive()
     lines = heal_all(ledger)
     assert stack.read_text() == "" and ledger.pending() == [], lines
+
+
+def dead_owner() -> Owner:
+    """The owner identity of a process that ran and is gone."""
+    proc = subprocess.Popen(["sleep", "600"])
+    try:
+        return Owner(proc.pid, procfs.start_time(proc.pid))
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def crashed_entries(ledger: Ledger, stack: Path, names: list[str]) -> list[LedgerEntry]:
+    """``names`` pushed on ``stack`` in order, each with the ledger entry a
+    harness that is gone left."""
+    gone = dead_owner()
+    out = []
+    for name in names:
+        with stack.open("a") as f:
+            f.write(name + "\n")
+        out.append(ledger.record(LedgerEntry(Stacked.kind, name, "crashed-run",
+                                             {"stack": str(stack), "name": name}, owner=gone)))
+    return out
+
+
+def ledger_files(ledger: Ledger) -> list[str]:
+    """What is left in the ledger dir: entries and claims (not the lock)."""
+    return sorted(n for n in os.listdir(ledger.dir) if n != ".heal.lock")
+
+
+HEAL_SETUP = ("from faults import catalogue\nfrom faults.heal_all import heal_all\n"
+              "from faults.ledger import Ledger\nfrom test_heal_all import Stacked\n"
+              "catalogue.REGISTRY[Stacked.kind] = Stacked")
+
+
+@pytest.mark.parametrize("mode", ["processes", "threads"])
+def test_two_heal_alls_at_once_heal_each_entry_once_newest_first(tmp_path, stacked, mode):
+    """Two xdist workers' session cleanups (or heal-all beside a starting
+    suite) over the same ledger: every entry healed and reported exactly
+    once, in reverse injection order (Stacked refuses any other), and the
+    ledger empty after."""
+    ledger = Ledger(tmp_path / "ledger")
+    stack = tmp_path / "stack"
+    names = [f"fault-{i}" for i in range(8)]
+    crashed_entries(ledger, stack, names)
+    results = at_once(mode, HEAL_SETUP,
+                      f"result = heal_all(Ledger({str(ledger.dir)!r}))", tmp_path)
+    lines = [line for result in results for line in result]
+    healed = [line.split()[3] for line in lines if line.startswith(f"healed {Stacked.kind} on ")]
+    assert sorted(healed) == sorted(names) and len(lines) == len(names), results
+    # The pass that healed them went newest first.
+    assert [n for result in results for n in (x.split()[3] for x in result)] == names[::-1]
+    assert stack.read_text() == "" and ledger.pending() == [] and ledger_files(ledger) == []
+
+
+def test_a_claim_left_by_a_dead_heal_all_is_taken_over_and_a_live_ones_left_alone(
+        tmp_path, stacked):
+    ledger = Ledger(tmp_path / "ledger")
+    stack = tmp_path / "stack"
+    first, second = crashed_entries(ledger, stack, ["first", "second"])
+    live = subprocess.Popen(["sleep", "600"])
+    try:
+        # A heal-all claimed "second" and died before its undo; another,
+        # still running, holds "first".
+        left = Claimer(dead_owner(), "dead0000").claim(ledger.path(second.id))
+        held = Claimer(Owner(live.pid, procfs.start_time(live.pid)), "live0000").claim(
+            ledger.path(first.id))
+        assert left is not None and held is not None
+        # Claimed entries are still open until healed: listed, in order.
+        assert [e.target for e in ledger.pending()] == ["first", "second"]
+        lines = heal_all(ledger)
+        assert [line.split()[3] for line in lines] == ["second"], lines
+        assert stack.read_text() == "first\n"  # the live heal-all's to undo
+        assert ledger_files(ledger) == [held.name]
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_an_entry_whose_heal_fails_goes_back_for_a_later_heal_all(tmp_path, stacked):
+    ledger = Ledger(tmp_path / "ledger")
+    stack = tmp_path / "stack"
+    [entry] = crashed_entries(ledger, stack, ["under"])
+    with stack.open("a") as f:
+        f.write("over\n")  # pushed by no fault of the ledger: "under" cannot pop
+    [line] = heal_all(ledger)
+    assert line.startswith(f"FAILED to heal {Stacked.kind} on under ({entry.id}): "
+                           "RuntimeError: under undone out of order"), line
+    assert line.endswith(f"the entry stays in {ledger.dir} for a later heal-all")
+    assert ledger_files(ledger) == [f"{entry.id}.json"]  # back, open, no claim left
+    stack.write_text("under\n")
+    assert [x.split()[3] for x in heal_all(ledger)] == ["under"]
+    assert stack.read_text() == "" and ledger_files(ledger) == []
+
+
+@pytest.mark.parametrize("mode", ["processes", "threads"])
+def test_two_cleanups_at_once_remove_each_ray_temp_dir_once(tmp_path, mode):
+    """heal-all's Ray leftovers (faults.ray_node.remove_temp_dirs) from two
+    cleanups at once: each dead harness's temp dir removed and reported
+    once, a claim left by a dead cleanup taken over, a live harness's dir
+    and an unmarked one untouched."""
+    live = subprocess.Popen(["sleep", "600"])
+    try:
+        tmp = tmp_path / "tmp"
+        gone = dead_owner()
+        dirs = {}
+        for name in [f"{RAY_TEMP_PREFIX}{i:08x}" for i in range(6)] + ["live", "unmarked"]:
+            d = tmp / (name if name.startswith(RAY_TEMP_PREFIX) else RAY_TEMP_PREFIX + name)
+            (d / "session_latest" / "logs").mkdir(parents=True)
+            (d / "session_latest" / "logs" / "raylet.out").write_text("x" * 1000)
+            owner = Owner(live.pid, procfs.start_time(live.pid)) if name == "live" else gone
+            if name != "unmarked":
+                (d / RAY_OWNER_FILE).write_text(f"{owner.label()}\ncluster-{name}\n")
+            dirs[name] = d
+        # A cleanup that died mid-way left its claim on the first one.
+        first = dirs.pop(f"{RAY_TEMP_PREFIX}{0:08x}")
+        assert Claimer(dead_owner(), "dead0000").claim(first) is not None
+        setup = "from pathlib import Path\nfrom faults.ray_node import remove_temp_dirs"
+        results = at_once(mode, setup, f"result = remove_temp_dirs(Path({str(tmp)!r}))",
+                          tmp_path)
+        lines = sorted(line for result in results for line in result)
+        dead = [first, *[d for n, d in dirs.items() if n not in ("live", "unmarked")]]
+        assert lines == sorted(f"removed leftover Ray temp dir {d}" for d in dead), results
+        assert sorted(os.listdir(tmp)) == [dirs["live"].name, dirs["unmarked"].name]
+    finally:
+        live.kill()
+        live.wait()

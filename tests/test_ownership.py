@@ -15,17 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from conftest import pids_alive
+from conftest import at_once, pids_alive
 from ordeal import procfs
 from ordeal.ownership import (
     CLUSTER_ENV,
     AllowedNetworks,
+    Claimer,
     NotOurs,
     Owner,
     ProcessRecord,
     read_records,
     reap_leftovers,
     record_path,
+    records_dir,
     write_record,
 )
 from ordeal.topology import Endpoint
@@ -154,6 +156,72 @@ def test_the_current_cluster_is_skipped_and_an_unreadable_record_is_reported():
         assert pids_alive([proc.pid]) == [proc.pid]
     finally:
         end(proc)
+
+
+REAP_SETUP = "from ordeal.ownership import reap_leftovers\nfrom conftest import pids_alive"
+# Each reaper also says which leftover members still ran when it returned:
+# none, the loser's too ("returns once they are gone").
+REAP_BODY = ("lines = reap_leftovers()\n"
+             "result = lines + [f'still {p}' for p in pids_alive(MEMBERS)]")
+
+
+@pytest.mark.parametrize("mode", ["processes", "threads"])
+def test_two_reapers_at_once_end_each_leftover_group_exactly_once(tmp_path, mode):
+    """Two xdist workers' session cleanups right after a crashed run, over
+    the same records: each group is claimed by one of them, ended and
+    reported once; neither fails on a record the other removed."""
+    n = 6
+    groups = []
+    try:
+        for _ in range(n):
+            groups.append(sleeper(**{CLUSTER_ENV: "cluster-crashed"}))
+        gone = dead_owner()
+        per_group = []
+        for i, proc in enumerate(groups):
+            record("cluster-crashed", f"replica-{i}", proc, gone)
+            per_group.append(procfs.group_members(proc.pid))
+        members = [pid for group in per_group for pid in group]
+        results = at_once(mode, REAP_SETUP, f"MEMBERS = {members!r}\n{REAP_BODY}", tmp_path)
+        lines = [line for result in results for line in result]
+        assert not [x for x in lines if x.startswith("still ")], results
+        ended = sorted(x for x in lines if x.startswith("ended "))
+        assert ended == sorted(
+            f"ended {len(per_group[i])} leftover process(es) of replica-{i} from cluster "
+            f"cluster-crashed (group {proc.pid})" for i, proc in enumerate(groups)), results
+        assert len(lines) == n, results  # nothing else: no error, no second report
+        assert pids_alive(members) == []
+        assert os.listdir(records_dir()) == []  # no record, no claim left
+    finally:
+        for proc in groups:
+            end(proc)
+
+
+def test_a_claim_left_by_a_dead_reaper_is_taken_over_and_a_live_ones_left_alone():
+    dead_claimed = sleeper(**{CLUSTER_ENV: "cluster-a"})
+    live_claimed = sleeper(**{CLUSTER_ENV: "cluster-b"})
+    live_reaper = subprocess.Popen(["sleep", "600"])
+    try:
+        gone = dead_owner()
+        dead_members = procfs.group_members(dead_claimed.pid)
+        live_members = procfs.group_members(live_claimed.pid)
+        # A reaper claimed cluster-a's record and died before it ended the
+        # group; another, still running, holds cluster-b's.
+        record("cluster-a", "replica-0", dead_claimed, gone)
+        left = Claimer(dead_owner(), "dead0000").claim(record_path("cluster-a", "replica-0"))
+        record("cluster-b", "replica-0", live_claimed, gone)
+        held = Claimer(owner_of(live_reaper), "live0000").claim(
+            record_path("cluster-b", "replica-0"))
+        assert left is not None and held is not None and read_records() == []
+        lines = reap_leftovers()
+        assert lines == [f"ended {len(dead_members)} leftover process(es) of replica-0 from "
+                         f"cluster cluster-a (group {dead_claimed.pid})"]
+        assert pids_alive(dead_members) == [] and not left.exists()
+        # The live reaper's claim is its own: untouched, its group too.
+        assert pids_alive(live_members) == live_members and held.exists()
+        assert sorted(os.listdir(records_dir())) == [held.name]
+    finally:
+        for proc in (dead_claimed, live_claimed, live_reaper):
+            end(proc)
 
 
 def test_allowed_networks_refuse_outside_loopback_until_allowed_and_after_undo():
