@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import at_once
+from conftest import HEALTH_SERVER, at_once, pids_alive
 from faults import catalogue
 from faults.base import Fault
 from faults.heal_all import heal_all
@@ -19,6 +22,8 @@ from faults.ledger import Ledger, LedgerEntry
 from faults.ray_node import RAY_OWNER_FILE, RAY_TEMP_PREFIX
 from ordeal import procfs
 from ordeal.ownership import Claimer, Owner
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 class Stacked(Fault):
@@ -259,3 +264,84 @@ def test_two_cleanups_at_once_remove_each_ray_temp_dir_once(tmp_path, mode):
     finally:
         live.kill()
         live.wait()
+
+
+CRASHING_HARNESS = r"""
+import os, sys, time
+from pathlib import Path
+from faults import Ledger
+from faults.network_partition import NetworkPartition
+from faults.process_pause import ProcessPause
+from nodes.local import LocalNode
+from nodes.ports import free_ports
+from nodes.process import ManagedProcess
+from ordeal.topology import Endpoint
+cluster, logs, server = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+nodes = []
+for name in ("replica-0", "replica-1"):
+    port = free_ports(1)[0]
+    proc = ManagedProcess(name, [sys.executable, "-c", server, str(port), "0"], dict(os.environ),
+                          logs / f"{name}.log", cluster)
+    node = LocalNode(name, "replica", Endpoint("127.0.0.1", port), proc, hint="test server")
+    node.start()
+    node.wait_ready(30)
+    nodes.append(node)
+ProcessPause(nodes[0], "crash-run", Ledger()).inject()
+NetworkPartition(nodes[1], "crash-run", Ledger()).inject()
+print("INJECTED", *(n.pid for n in nodes), flush=True)
+time.sleep(600)  # the heals never come: SIGKILL arrives first
+"""
+
+
+def processes_labelled(cluster: str) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"ORDEAL_CLUSTER_ID={cluster}".encode() in env:
+                out.append(int(entry))
+    return out
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("iptables") is None,
+                    reason="needs root and iptables (the partition this harness leaves behind)")
+def test_heal_all_alone_gives_the_machine_back_after_a_sigkilled_harness(tmp_path):
+    """A harness with a live cluster, a paused node and a partitioned one is
+    SIGKILLed; `python -m faults heal-all` alone then leaves no process of
+    it, no stopped process, no iptables chain and no ledger entry."""
+    cluster = f"crash-{uuid.uuid4().hex[:6]}"
+    (tmp_path / "logs").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen([sys.executable, "-c", CRASHING_HARNESS, cluster,
+                              str(tmp_path / "logs"), HEALTH_SERVER],
+                             cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        line = child.stdout.readline()
+        assert line.startswith("INJECTED"), f"the harness did not inject (rc {child.poll()})"
+        paused, cut = (int(x) for x in line.split()[1:])
+        child.kill()
+        child.wait(10)
+        assert Path(f"/proc/{paused}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+        left = processes_labelled(cluster)
+        assert paused in left and cut in left and len(left) >= 4  # two servers, two children
+        ids = [e.id for e in Ledger().pending()]
+        assert len(ids) == 2 and any(f"ORDEAL-{i}" in iptables_rules() for i in ids)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    done = subprocess.run([sys.executable, "-m", "faults", "heal-all"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "healed network_partition on replica-1" in done.stdout, done.stdout
+    assert "healed process_pause on replica-0" in done.stdout, done.stdout
+    assert done.stdout.count(f"from cluster {cluster}") == 2, done.stdout  # both groups ended
+    assert pids_alive(left) == [] and processes_labelled(cluster) == []
+    assert not any(f"ORDEAL-{i}" in iptables_rules() for i in ids)
+    assert Ledger().pending() == []
+
+
+def iptables_rules() -> str:
+    return subprocess.run(["iptables", "-S"], capture_output=True, text=True, check=True).stdout
