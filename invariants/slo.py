@@ -282,9 +282,11 @@ class RestartReadiness(StreamingChecker):
         if op.process != NEMESIS or op.f != "heal" or op.value.get("phase") != "end":
             return
         if op.value.get("restarted"):
-            self.restarts.append({"target": op.value.get("target"),
-                                  "ready_after_s": op.value.get("ready_after_s"),
-                                  "index": op.index})
+            restart = {"target": op.value.get("target"),
+                       "ready_after_s": op.value.get("ready_after_s"), "index": op.index}
+            if "restart_phases" in op.value:  # where the time went, as the node told it
+                restart["phases"] = op.value["restart_phases"]
+            self.restarts.append(restart)
         elif op.error:
             self.restarts.append({"target": op.value.get("target"), "ready_after_s": None,
                                   "index": op.index, "error": op.error})

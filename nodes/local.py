@@ -36,8 +36,9 @@ class LocalNode:
     def pid(self) -> int | None:
         return self.process.pid
 
-    def signal(self, signum: int) -> None:
+    def signal(self, signum: int) -> str | None:
         self.process.signal(signum)
+        return None
 
     def pids(self) -> list[int]:
         return group_members(self.process.pid) if self.process.is_running() else []

@@ -20,6 +20,7 @@ from collections import deque
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from ordeal.history.ops import utc_iso
 from ordeal.ownership import (
     CLUSTER_ENV,
     NODE_ENV,
@@ -75,7 +76,9 @@ class ManagedProcess:
         env = {**self.env, CLUSTER_ENV: self.cluster_id, NODE_ENV: self.name,
                "ORDEAL_LOG_DIR": str(self.log_path.parent), OWNER_PID_ENV: str(owner.pid)}
         with self.log_path.open("ab") as log:
-            log.write(f"\n=== ordeal: start #{self.starts + 1} of {self.name}: "
+            # The banner's time is where a restart's phases are counted from
+            # (engines.vllm.startup).
+            log.write(f"\n=== ordeal: start #{self.starts + 1} of {self.name} at {utc_iso()}: "
                       f"{' '.join(self.argv)}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(

@@ -38,8 +38,11 @@ class Node(Protocol):
 
     def is_running(self) -> bool: ...
 
-    def signal(self, signum: int) -> None:
-        """Send ``signum`` to the node's whole process tree (and nothing else)."""
+    def signal(self, signum: int) -> str | None:
+        """Send ``signum`` to the node's whole process tree (and nothing else).
+        Returns what the engine that carried it said when it did not simply
+        succeed (a container engine's timeout, say), for the fault's record;
+        None otherwise. The caller confirms the effect from the node's state."""
 
     def start(self) -> None:
         """(Re)start the node's processes; returns once they are spawned."""

@@ -15,6 +15,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -215,11 +216,27 @@ def test_cpu_quota_throttles_the_container_and_the_heal_puts_it_back(cluster, le
 
 
 def test_kill_exits_the_container_and_the_heal_restarts_it(cluster, ledger):
+    """Made slower than Docker's own wait: the container's shim (the engine's
+    process that carries the kill and reports the exit, for this container
+    only) is stopped for 13 s, so ``docker kill`` does not answer within
+    10 s. The fault still succeeds, confirmed from the container's state,
+    and records what Docker said."""
     victim = cluster.replicas()[1]
     ip = victim.endpoint.host
+    shim = int(Path(f"/proc/{victim.pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    assert Path(f"/proc/{shim}/comm").read_text().startswith("containerd-shim")
     fault = ProcessKill(victim, RUN, ledger, restart=True, ready_timeout_s=240)
-    fault.inject()
+    os.kill(shim, signal.SIGSTOP)
+    resume = threading.Timer(13, os.kill, (shim, signal.SIGCONT))
+    resume.start()
     try:
+        injected = fault.inject()
+    finally:
+        resume.cancel()
+        os.kill(shim, signal.SIGCONT)
+    try:
+        assert injected["gone_after_s"] > 10, injected
+        assert "no answer within 10 s" in injected.get("engine_said", ""), injected
         assert not victim.is_running() and victim.exit_code() == 137
         assert victim.pids() == []
         assert not get(victim.endpoint.url + "/health", timeout=1.0)[0]

@@ -146,6 +146,14 @@ def test_process_kill_is_seen_and_its_heal_is_seen(ordeal_cluster, tmp_path):
         healed = fault.heal()
     # Heal: a new process serves again, and the ledger is empty.
     assert healed["restarted"] is True and victim.pid != old_pid
+    # Where the restart's time went, read from the replica's own log: every
+    # step of a vLLM start, adding up to the measured total (+-1 s a step).
+    phases = healed["restart_phases"]
+    assert "missing" not in phases, phases
+    assert list(phases["phases"]) == ["api_server_imports", "engine_core_spawn", "worker_spawn",
+                                      "weights_load", "engine_init", "api_server_listen",
+                                      "health_ok"], phases
+    assert abs(sum(phases["phases"].values()) - healed["ready_after_s"]) <= 7, (phases, healed)
     assert complete(victim.endpoint.url, "after")[0] == victim.name
     assert ledger.pending() == []
     assert fault.heal()["already_healed"] is True  # idempotent

@@ -18,6 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Sequence
 
+from engines.vllm.startup import startup_phases
 from faults.clock_drift import faketime_env, prepare_clock_file
 from nodes.local import LocalNode
 from nodes.process import REPO_ROOT, ManagedProcess
@@ -87,6 +88,11 @@ class VllmReplica(LocalNode):
     def wait_ready(self, timeout: float) -> None:
         super().wait_ready(timeout)
         self._fingerprint = probe_vllm_fingerprint(self.endpoint.url)
+
+    def startup_phases(self, ready_wall: float | None = None) -> dict[str, object]:
+        """Where the last (re)start spent its time, from this replica's log
+        (engines.vllm.startup); ``ready_wall``: when /health first said 200."""
+        return startup_phases(self.process.log_tail(600), ready_wall)
 
 
 def probe_vllm_fingerprint(base_url: str, timeout: float = 30.0) -> str:

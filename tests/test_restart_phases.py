@@ -1,0 +1,43 @@
+"""A restart's phases from a vLLM replica's log (engines.vllm.startup):
+the lines below are a real replica's restart under load (CI, 2026-12-02),
+behind the harness's banner. On a real replica: tests/test_real_cluster.py."""
+
+from engines.vllm.startup import startup_phases
+
+LOG = """\
+=== ordeal: start #1 of replica-1 at 2026-12-02T01:28:20.100Z: python -m vllm...
+(APIServer pid=5797) INFO 12-02 01:28:28 [api_utils.py:347] version 0.32.0
+(APIServer pid=5797) INFO 12-02 01:28:55 [entry.py:140] Starting vLLM server on http://x
+=== ordeal: start #2 of replica-1 at 2026-12-02T01:30:31.500Z: python -m vllm...
+(APIServer pid=6330) INFO 12-02 01:30:40 [api_utils.py:347]
+(APIServer pid=6330) WARNING 12-02 01:30:41 [system_utils.py:255] Found ulimit of 20000
+(EngineCore pid=6379) INFO 12-02 01:32:50 [core.py:133] Initializing a V1 LLM engine (v0.32.0)
+(Worker pid=7207) INFO 12-02 01:33:09 [cpu_model_runner.py:68] Starting to load model /m...
+(Worker pid=7207) INFO 12-02 01:33:09 [default_loader.py:501] Loading weights took 0.03 seconds
+(EngineCore pid=6379) INFO 12-02 01:33:13 [core.py:402] init engine (profile, create kv cache, \
+warmup model) took 1.49 s
+(APIServer pid=6330) INFO 12-02 01:33:14 [entry.py:140] Starting vLLM server on http://x
+INFO:     Application startup complete.
+""".splitlines()
+
+
+def test_the_last_start_is_split_into_its_steps():
+    ready = 1796175195.0  # 2026-12-02T01:33:15Z: /health said 200
+    got = startup_phases(LOG, ready)
+    assert got["start"] == 2
+    assert got["phases"] == {"api_server_imports": 8.5, "engine_core_spawn": 130.0,
+                             "worker_spawn": 19.0, "weights_load": 0.0, "engine_init": 4.0,
+                             "api_server_listen": 1.0, "health_ok": 1.0}
+    assert got["slowest"] == "engine_core_spawn" and "missing" not in got
+
+
+def test_a_start_still_under_way_names_what_is_missing():
+    got = startup_phases(LOG[:7])
+    assert got["phases"] == {"api_server_imports": 8.5, "engine_core_spawn": 130.0}
+    assert got["missing"] == ["worker_spawn", "weights_load", "engine_init", "api_server_listen"]
+
+
+def test_a_log_without_a_timed_banner_says_so():
+    got = startup_phases(["=== ordeal: start #1 of r: python", "(APIServer pid=1) INFO 12-02 "
+                          "01:00:00 [x.py:1] hi"])
+    assert "no start banner with a time" in got["error"]
