@@ -16,7 +16,7 @@ from ordeal.gpu import is_slowdown
 from ordeal.history.ops import MONITOR, Op
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker
-from .requests import RequestPairer, Timeline
+from .requests import WARMUP, RequestPairer, Timeline
 from .slo import meets_slo
 
 
@@ -73,11 +73,12 @@ class GpuMemoryBack(StreamingChecker):
 
 class ThrottleExplained(StreamingChecker):
     """throttle_explained: every request outside a fault window (steady or
-    after a heal) that breaches an SLO target must be explained by a GPU
-    slowdown that NVML reported while it ran (a power or thermal clocks-event
-    reason: SwPowerCap, HwSlowdown, SwThermal, HwThermal, PowerBrake, in a
-    reading between its invoke and its completion, give or take
-    ``throttle_slack_s``, default 1 s). Breaches no reading explains are
+    after a heal; not the warm-up, ``warmup_s``: a fresh engine's first
+    requests are slow with no throttle) that breaches an SLO target must be
+    explained by a GPU slowdown that NVML reported while it ran (a power or
+    thermal clocks-event reason: SwPowerCap, HwSlowdown, SwThermal, HwThermal,
+    PowerBrake, in a reading between its invoke and its completion, give or
+    take ``throttle_slack_s``, default 1 s). Breaches no reading explains are
     flagged (valid False, each one a counterexample): slowness no fault and no
     throttle accounts for. Without any GPU reading a breach cannot be
     explained: "unknown"."""
@@ -89,7 +90,9 @@ class ThrottleExplained(StreamingChecker):
         super().start(ctx)
         self.t = ctx.settings.slo
         self.slack_ns = int(ctx.settings.throttle_slack_s * 1e9)
-        self.pairer = RequestPairer(Timeline(self.t.after_heal_s))
+        self.warmup_s = ctx.settings.warmup_s
+        self.pairer = RequestPairer(Timeline(self.t.after_heal_s, self.warmup_s))
+        self.warmup_requests = 0
         self.slow_times: list[int] = []  # times of readings with a slowdown reason (bounded)
         self.readings = 0
         self.pending: list[tuple[int, int, int]] = []  # (t0, t1, done index) of breaches
@@ -113,6 +116,9 @@ class ThrottleExplained(StreamingChecker):
                 self._settle(op.time_ns)
             return
         req = self.pairer.feed(op)
+        if req is not None and req.phase == WARMUP:
+            self.warmup_requests += 1
+            return
         if req is None or req.phase == "fault" or req.done.type != "ok":
             return
         if not meets_slo(req, self.t):
@@ -144,6 +150,8 @@ class ThrottleExplained(StreamingChecker):
                    "slowdown_readings": len(self.slow_times),
                    "targets": {"ttft_ms": self.t.ttft_ms, "tpot_ms": self.t.tpot_ms,
                                "e2e_ms": self.t.e2e_ms}}
+        if self.warmup_s > 0:  # the warm-up's requests, not judged here
+            details.update(warmup_s=self.warmup_s, warmup_requests=self.warmup_requests)
         if self.breaches and not self.readings:
             details["why_unknown"] = "no GPU readings: a breach cannot be explained"
             return Result(self.name, "unknown", details)

@@ -4,7 +4,8 @@ and its default, so a misspelt name is an error where it is written, not a
 default silently used where it is read.
 
 Producers build them with keyword arguments or ``dataclasses.replace``: the
-pytest plugin from ``--slo FILE`` and ``--determinism-prefix-tokens``,
+pytest plugin from ``--slo FILE``, ``--determinism-prefix-tokens`` and
+``--warmup-s``, the GPU scenario with its own targets and warm-up,
 exploration with its shorter stall bound, a schedule file with the settings
 it was found under (``overrides``/``from_overrides``).
 """
@@ -88,6 +89,10 @@ class CheckerSettings:
     #: throttle_explained: a slowdown reading this long before or after a
     #: breaching request still explains it (readings come about once a second).
     throttle_slack_s: float = 1.0
+    #: Seconds after the load's first request that are phase "warmup", not
+    #: "steady" (invariants.requests): a fresh engine is slower at first, and the
+    #: steady baseline that faults are compared with must not hold that.
+    warmup_s: float = 0.0
 
     def overrides(self) -> dict[str, Any]:
         """The settings that differ from the defaults, as plain JSON values

@@ -4,9 +4,10 @@ during faults, and recovery after each heal.
 Latencies are ``vllm bench serve``'s, taken from the ops as the workload
 recorded them: TTFT (first chunk carrying choices), ITL (gaps between
 chunks), TPOT ((E2E - TTFT) / (output tokens - 1)), E2E. Each checker splits
-its figures into steady state, each fault window and each after-heal window,
-and judges steady state against the targets (faults are allowed to hurt;
-the availability and recovery checkers say by how much).
+its figures into steady state, each fault window and each after-heal window
+(and the warm-up, when ``warmup_s`` sets one: its figures are shown, never
+judged), and judges steady state against the targets (faults are allowed to
+hurt; the availability and recovery checkers say by how much).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ordeal.history.ops import NEMESIS, Op
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 from .histogram import LatencyHistogram
-from .requests import STEADY, Request, RequestPairer, Timeline
+from .requests import STEADY, WARMUP, Request, RequestPairer, Timeline
 from .settings import SLOTargets
 
 METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
@@ -57,7 +58,7 @@ class _Groups:
         g = self.groups.get(key)
         if g is None:
             g = self.groups[key] = self._new(req.phase)
-            if self.latencies and req.phase != STEADY:
+            if self.latencies and req.phase not in (STEADY, WARMUP):
                 self._with_hist.append(key)
                 if len(self._with_hist) > self.MAX_LATENCY_WINDOWS:
                     self._fold(self._with_hist.pop(0))
@@ -111,7 +112,8 @@ class _PhasedChecker(StreamingChecker):
     def start(self, ctx: RunContext) -> None:
         super().start(ctx)
         self.t = ctx.settings.slo
-        self.timeline = Timeline(self.t.after_heal_s)
+        self.warmup_s = ctx.settings.warmup_s
+        self.timeline = Timeline(self.t.after_heal_s, self.warmup_s)
         self.pairer = RequestPairer(self.timeline)
         self.groups = _Groups(self.latencies)
         self.bad_steady: list[Request] = []
@@ -125,6 +127,14 @@ class _PhasedChecker(StreamingChecker):
                 and len(self.bad_steady) < MAX_COUNTEREXAMPLES):
             self.bad_steady.append(req)
 
+    def warmup_details(self) -> dict[str, Any]:
+        """The warm-up left out of the steady judgement (nothing without one,
+        so a run without a warm-up has the details it always had)."""
+        if self.warmup_s <= 0:
+            return {}
+        g = self.groups.groups.get(WARMUP)
+        return {"warmup_s": self.warmup_s, "warmup_requests": g["requests"] if g else 0}
+
 
 class LatencySLO(_PhasedChecker):
     name = "slo_latency"
@@ -136,7 +146,7 @@ class LatencySLO(_PhasedChecker):
         steady = figures.get(STEADY)
         details: dict[str, Any] = {
             "targets": {m: getattr(t, m) for m in ("ttft_ms", "tpot_ms", "e2e_ms")},
-            "percentile": t.percentile, "windows": figures}
+            "percentile": t.percentile, **self.warmup_details(), "windows": figures}
         if not steady or not steady["ok"]:
             return Result(self.name, "unknown",
                           {**details, "why": "no successful steady-state request"})
@@ -157,7 +167,8 @@ class Goodput(_PhasedChecker):
         figures = {k: {"phase": v["phase"], "requests": v["requests"], "goodput": v["goodput"]}
                    for k, v in self.groups.figures().items()}
         steady = figures.get(STEADY)
-        details = {"min_goodput": self.t.min_goodput, "windows": figures}
+        details = {"min_goodput": self.t.min_goodput, **self.warmup_details(),
+                   "windows": figures}
         if not steady or not steady["requests"]:
             return Result(self.name, "unknown", {**details, "why": "no steady-state request"})
         ok = steady["goodput"] >= self.t.min_goodput
@@ -174,7 +185,8 @@ class ErrorRate(_PhasedChecker):
                        "info": v["info"], "error_rate": v["error_rate"]}
                    for k, v in self.groups.figures().items()}
         steady = figures.get(STEADY)
-        details = {"max_error_rate": self.t.max_error_rate, "windows": figures}
+        details = {"max_error_rate": self.t.max_error_rate, **self.warmup_details(),
+                   "windows": figures}
         if not steady or not steady["requests"]:
             return Result(self.name, "unknown", {**details, "why": "no steady-state request"})
         ok = steady["error_rate"] <= self.t.max_error_rate

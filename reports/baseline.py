@@ -33,6 +33,10 @@ lower- or higher-is-better (``extract_figures``):
   ``restart_readiness.<target>#<n>.ready_after_s``: seconds, lower.
 - ``leak_bound.<node>.drained_mb``: memory after the drain, lower.
 
+The warm-up (``CheckerSettings.warmup_s``, window ``warmup``) gives no
+figure: it is what a run leaves out of its steady state. Two runs with
+different warm-ups are compared with a warning.
+
 A latency, seconds or memory figure regresses when it is worse by more than
 its relative threshold AND by more than its absolute floor (tiny CPU
 latencies are noisy in relative terms); a share regresses when it is worse by
@@ -83,6 +87,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from invariants.requests import WARMUP
 from ordeal.config import ConfigError
 
 from .summary import SCHEMA_VERSION
@@ -341,6 +346,8 @@ def extract_figures(summary: dict[str, Any],
             continue
         name, d = inv.get("name"), inv["details"]
         windows = d.get("windows") if isinstance(d.get("windows"), dict) else {}
+        windows = {k: w for k, w in windows.items()  # the warm-up: not steady, not compared
+                   if not (isinstance(w, dict) and w.get("phase") == WARMUP)}
         if name == "slo_latency":
             for key, w in windows.items():
                 if not isinstance(w, dict):
@@ -594,6 +601,13 @@ def _comparability(current: dict[str, Any], baseline: dict[str, Any]) -> list[st
                 for e in s.get("schedule") or [] if isinstance(e, dict)]
     if plan(current) != plan(baseline):
         out.append("different fault schedules: window figures may not line up")
+
+    def warmup(s: dict[str, Any]) -> Any:
+        settings = s.get("settings")
+        return settings.get("warmup_s", 0.0) if isinstance(settings, dict) else 0.0
+    if warmup(current) != warmup(baseline):
+        out.append(f"different warm-ups: warmup_s={warmup(current)!r} (baseline "
+                   f"{warmup(baseline)!r}): steady figures leave out different requests")
     return out
 
 

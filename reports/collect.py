@@ -163,6 +163,9 @@ class ReportData:
     seen_requests: int = 0
     windows: list[tuple[float, float | None, str]] = field(default_factory=list)  # s, s, label
     windows_dropped: int = 0
+    # The warm-up (CheckerSettings.warmup_s): from the start (or a gap) to
+    # warmup_s after the load's first request; s, s. Shaded like the windows.
+    warmups: list[tuple[float, float]] = field(default_factory=list)
     error_kinds: set[str] = field(default_factory=set)
     nodes: list[str] = field(default_factory=list)
     gpu_keys: set[str] = field(default_factory=set)
@@ -179,17 +182,18 @@ class ReportData:
         return (self.last_ns - self.t0_ns) / 1e9
 
     def t(self, ns: int) -> float:
-        return (ns - (self.t0_ns or ns)) / 1e9
+        return (ns - (ns if self.t0_ns is None else self.t0_ns)) / 1e9
 
 
 class Collector:
     """Feed ops in history order; ``data`` holds the aggregates."""
 
     def __init__(self, width_s: float, targets: SLOTargets, context_indexes: dict[int, str],
-                 after_heal_s: float = 30.0, seed: int = 0):
+                 after_heal_s: float = 30.0, seed: int = 0, warmup_s: float = 0.0):
         self.data = ReportData(width_s)
         self.targets = targets
-        self.timeline = Timeline(after_heal_s)
+        self.timeline = Timeline(after_heal_s, warmup_s)
+        self._warm_from: int | None = None  # where the current warm-up began (ns)
         self.pairer = RequestPairer(self.timeline)
         self.rng = random.Random(seed)
         self.wanted = dict(context_indexes)  # op index -> why (counterexamples)
@@ -226,11 +230,20 @@ class Collector:
         d.last_ns = op.time_ns if d.last_ns is None else max(d.last_ns, op.time_ns)
         self._contexts(op)
         if op.process == MONITOR:
+            if op.f == "gap":  # the resumed load warms up again
+                self.timeline.feed(op)
+                self._warm_from = op.time_ns
             self._monitor(op)
             return
         if op.process == NEMESIS:
             self._nemesis(op)
+        warm = self.timeline.warmup
+        started = warm.load_start_ns
         req = self.pairer.feed(op)
+        if (warm.end_ns is not None and warm.load_start_ns != started  # the load started
+                and len(d.warmups) < MAX_WINDOWS):
+            start = 0.0 if self._warm_from is None else d.t(self._warm_from)
+            d.warmups.append((start, d.t(warm.end_ns)))
         if req is None or op.process == NEMESIS:
             return
         self._request(req)
@@ -382,11 +395,20 @@ def slo_targets(summary: dict[str, Any]) -> SLOTargets:
     return SLOTargets()
 
 
+def warmup_of(summary: dict[str, Any]) -> float:
+    """The warm-up the run was judged with (summary ``settings.warmup_s``;
+    0 for a summary without it)."""
+    settings = summary.get("settings")
+    w = settings.get("warmup_s") if isinstance(settings, dict) else None
+    return float(w) if isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0 else 0.0
+
+
 def collect(history: Path, summary: dict[str, Any]) -> ReportData:
     """Read the whole history once. Never raises: damaged lines and read
     errors go to ``problems`` and what was read so far is kept."""
     width = bucket_width_for(run_duration_s(summary))
-    col = Collector(width, slo_targets(summary), counterexample_indexes(summary))
+    col = Collector(width, slo_targets(summary), counterexample_indexes(summary),
+                    warmup_s=warmup_of(summary))
     problems: list[str] = []
     try:
         for op in read_history(history, on_error=problems.append):

@@ -3,7 +3,9 @@
 One pass over a history: the monitor's NVML readings (ops f "gpu", see
 load.gpu_telemetry) and the requests are grouped by phase: "steady"
 before any fault, each fault window ("gpu_throttle@triton-0"), and the
-``after_heal_s`` after each heal ("after gpu_throttle@triton-0"). Per phase:
+``after_heal_s`` after each heal ("after gpu_throttle@triton-0"); with
+``warmup_s``, the load's first ``warmup_s`` (and what came before it) is
+"warmup", not "steady", as the checkers see it (invariants.requests). Per phase:
 SM clock (median, min), throttle reasons seen (bits and names), utilisation,
 memory used, power, temperature, new XID events, and TTFT/TPOT/E2E
 percentiles of the requests asked in it, plus errors. This is the table that
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from invariants.requests import WARMUP, Warmup
 from ordeal.gpu import reason_names
 from ordeal.history.ops import MONITOR, NEMESIS, Op
 from ordeal.history.windows import CLOSED, FaultWindows
@@ -82,14 +85,16 @@ class _Phase:
 
 
 def gpu_phases(ops: Iterable[Op], after_heal_s: float = 15.0,
-               engine_metrics: tuple[str, ...] = ("nv_gpu_memory_used_bytes",)) -> dict[str, Any]:
+               engine_metrics: tuple[str, ...] = ("nv_gpu_memory_used_bytes",),
+               warmup_s: float = 0.0) -> dict[str, Any]:
     """Phases of a run with the GPU's and the requests' figures in each.
     ``engine_metrics``: metric names from the nodes' monitor samples to show
     per phase too (what the engine itself reported, e.g. Triton's own view of
-    GPU memory)."""
+    GPU memory). ``warmup_s``: the run's warm-up (``CheckerSettings.warmup_s``)."""
     phases: list[_Phase] = []
     t0: int | None = None
     faults = FaultWindows(gaps=False, keep=0)  # the open ones only
+    warmup = Warmup(warmup_s)
     after_until: int | None = None
     after_label = ""
     asked: dict[Any, _Phase] = {}
@@ -97,13 +102,15 @@ def gpu_phases(ops: Iterable[Op], after_heal_s: float = 15.0,
     note = None
 
     def at(ns: int) -> float:
-        return (ns - (t0 or ns)) / 1e9
+        return (ns - (ns if t0 is None else t0)) / 1e9
 
     def current(ns: int) -> _Phase:
         if faults.open:
             name = " + ".join(sorted(faults.open))
         elif after_until is not None and ns <= after_until:
             name = f"after {after_label}"
+        elif warmup.covers(ns):
+            name = WARMUP
         else:
             name = "steady"
         if not phases or phases[-1].name != name:
@@ -117,6 +124,7 @@ def gpu_phases(ops: Iterable[Op], after_heal_s: float = 15.0,
         if t0 is None:
             t0 = op.time_ns
         v = op.value if isinstance(op.value, dict) else {}
+        warmup.feed(op)
         if op.process == NEMESIS:
             change = faults.feed(op)
             if change is not None and change.what == CLOSED:
@@ -161,6 +169,7 @@ def gpu_phases(ops: Iterable[Op], after_heal_s: float = 15.0,
         else:
             ph.info += 1
     out: dict[str, Any] = {"after_heal_s": after_heal_s,
+                           **({"warmup_s": warmup_s} if warmup_s > 0 else {}),
                            "devices": {str(k): n for k, n in sorted(devices.items())},
                            "phases": [p.to_dict() for p in phases]}
     if note and not devices:

@@ -149,7 +149,9 @@ def section_invariants(summary: dict[str, Any], data: ReportData | None) -> str:
 
 
 def _shades(data: ReportData) -> list[Shade]:
-    return [Shade(s, e if e is not None else data.span_s, label) for s, e, label in data.windows]
+    return ([Shade(s, e, "warm-up") for s, e in data.warmups]
+            + [Shade(s, e if e is not None else data.span_s, label)
+               for s, e, label in data.windows])
 
 
 def _charts(data: ReportData) -> list[str]:
@@ -244,9 +246,10 @@ def section_plots(data: ReportData | None) -> str:
         return "<h2>Over time</h2><p>No ops could be read from history.jsonl.</p>"
     dropped = (f" {data.windows_dropped} later fault windows are not drawn."
                if data.windows_dropped else "")
+    warm = " and the warm-up (not judged as steady state)" if data.warmups else ""
     return (f'<h2 id="plots">Over time</h2><p class="small">{data.ops_read} ops over '
             f"{data.span_s:.1f} s in {data.width_s:g} s buckets; shaded: fault windows "
-            f"(inject begin to heal end).{dropped}</p>" + "".join(_charts(data)))
+            f"(inject begin to heal end){warm}.{dropped}</p>" + "".join(_charts(data)))
 
 
 def section_faults(summary: dict[str, Any], data: ReportData | None) -> str:
@@ -277,9 +280,11 @@ def section_gpu(summary: dict[str, Any]) -> str:
     gpu = summary.get("gpu")
     if not isinstance(gpu, dict) or not isinstance(gpu.get("phases"), list):
         return ""
+    warm = (f"; warmup is the load's first {_e(gpu['warmup_s'])} s, not steady state"
+            if gpu.get("warmup_s") else "")
     out = ["<h2>GPU by phase</h2>",
            f'<p class="small">NVML readings and requests per phase; "after X" is the '
-           f"{_e(gpu.get('after_heal_s'))} s after X healed. Devices: "
+           f"{_e(gpu.get('after_heal_s'))} s after X healed{warm}. Devices: "
            f"{_e(gpu.get('devices'))}.</p>",
            "<table><tr><th>phase</th><th>from-to (s)</th><th>ok/fail/info</th>"
            "<th>TTFT p50/p90 ms</th><th>TPOT p50/p90 ms</th><th>SM clock med/min MHz</th>"

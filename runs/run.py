@@ -61,6 +61,9 @@ class OrdealRun:
         self.errors: list[str] = []
         self.summary: dict[str, Any] | None = None
         self.checker_settings = CheckerSettings()  # set by the plugin: SLO targets etc.
+        # The settings check() was given instead, if any: summary.json
+        # "settings" says what the run was judged with.
+        self.judged_settings: CheckerSettings | None = None
         self.drain_s = 3.0  # wait after the load before the drained sample
         self.schedule: list[dict[str, Any]] = []
         self.summary_extra: dict[str, Any] = {}  # keys a suite adds to summary.json
@@ -232,6 +235,8 @@ class OrdealRun:
         file, so memory stays flat however long the run was. ``settings``
         (default: the run's ``checker_settings``) go to the checkers' RunContext."""
         self.history.flush()
+        if settings is not None:
+            self.judged_settings = settings
         ctx = RunContext(run_id=self.run_id,
                          settings=self.checker_settings if settings is None else settings)
         chosen = checkers if checkers is not None else self.engine.checkers()
@@ -290,6 +295,8 @@ class OrdealRun:
             errors=self.errors, schedule=self.schedule,
             duration_s=time.monotonic() - self._t0)
         self.summary["stopped"] = self.stop_reason
+        self.summary["settings"] = dataclasses.asdict(self.judged_settings
+                                                      or self.checker_settings)
         self.summary.update(self.summary_extra)
         self.run_dir.write_summary(self.summary)
         render_report(self.run_dir.path)  # never raises: damage is noted in the page

@@ -2,7 +2,8 @@
 
 ``run_single_fault`` schedules one inject and its heal inside a short load,
 checks the history with every default checker, writes the summary, and
-returns the run split by phase (steady, during the fault, after the heal):
+returns the run split by phase (steady, during the fault, after the heal,
+and the warm-up when the run's ``warmup_s`` sets one):
 how many requests ended how, which nodes served them, their latencies, and
 what the monitor saw of each node. A suite then asserts the fault's effect
 in the ``fault`` phase and the cluster's recovery in ``after_heal``.
@@ -20,7 +21,7 @@ import pytest
 from faults.catalogue import BACKEND_KINDS
 from faults.schedule import Step
 from invariants.histogram import LatencyHistogram
-from invariants.requests import STEADY, Request, RequestPairer, Timeline
+from invariants.requests import STEADY, WARMUP, Request, RequestPairer, Timeline
 from load.workload import WorkloadSpec
 from ordeal.history.ops import MONITOR
 from ordeal.history.reader import read_history
@@ -30,7 +31,7 @@ from runs.run import OrdealRun
 #: started and ended while the fault alone acted. A heal that restarts
 #: something (a Ray node's engines) is an outage of its own, inside
 #: ``fault`` but not inside ``hold``.
-PHASES = (STEADY, "fault", "after_heal", "hold")
+PHASES = (STEADY, "fault", "after_heal", "hold", WARMUP)
 
 
 @dataclass
@@ -85,10 +86,12 @@ L7_KINDS = frozenset({"http_fault"})
 
 
 def split_by_phase(history_path: Any, after_heal_s: float,
-                   keep_f: Any = None) -> dict[str, PhaseStats]:
-    """Requests and monitor samples of a history, by the phase they fell in;
-    ``keep_f(f)`` False leaves a request out (None keeps all)."""
-    timeline = Timeline(after_heal_s)
+                   keep_f: Any = None, warmup_s: float = 0.0) -> dict[str, PhaseStats]:
+    """Requests and monitor samples of a history, by the phase they fell in
+    (``invariants.requests``: the first ``warmup_s`` of the load are
+    ``warmup``, not ``steady``); ``keep_f(f)`` False leaves a request out
+    (None keeps all)."""
+    timeline = Timeline(after_heal_s, warmup_s)
     pairer = RequestPairer(timeline)
     phases = {p: PhaseStats() for p in PHASES}
     for op in read_history(history_path):
@@ -149,7 +152,8 @@ def run_single_fault(run: OrdealRun, kind: str, target: str, params: dict[str, A
     run.check()
     summary = run.finish()
     phases = split_by_phase(run.run_dir.history_path, after_heal_s,
-                            run.engine.l7_visible if kind in L7_KINDS else None)
+                            run.engine.l7_visible if kind in L7_KINDS else None,
+                            run.checker_settings.warmup_s)
     window = summary["faults"][0] if summary["faults"] else {}
     return FaultRun(summary, phases, window)
 

@@ -92,4 +92,7 @@ def test_triton_on_gpu_under_gpu_faults(tmp_path):
     assert phases["after process_kill@triton-0"]["requests_ok"] > 0
     for name in ("no_silent_loss", "restart_readiness", "gpu_memory_back", "error_rate"):
         assert by_name[name]["valid"] is True, by_name[name]
+    # the scenario's default warm-up (5 s) is its own phase, out of the steady baseline
+    assert summary["settings"]["warmup_s"] == 5.0 and phases["warmup"]["requests_ok"] > 0
+    assert by_name["throttle_explained"]["details"]["warmup_requests"] > 0
     assert summary["gpu_throttle_effect"][0]["during"]["sm_clock_mhz_min"] > 0
