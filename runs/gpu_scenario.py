@@ -289,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             node.stop(10)
         finally:
+            # Starts made again after a known race, with why (first start and restarts).
+            run.summary_extra["node_start_retries"] = node.start_retries
             summary = run.finish(error)
             print(json.dumps({"run_dir": str(run_dir.path), "verdict": summary.get("verdict"),
                               "throttle": summary.get("gpu_throttle_effect")}, indent=1))

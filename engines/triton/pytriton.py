@@ -38,7 +38,8 @@ from load.workload import Outcome, _latencies, output_hash
 from nodes.local import LocalNode
 from nodes.process import REPO_ROOT, ManagedProcess
 from nodes.waits import wait_http_ok
-from ordeal.topology import Endpoint
+from ordeal.history.ops import utc_iso
+from ordeal.topology import Endpoint, NodeNotReady
 
 MODEL_NAME = "ordeal-tiny"
 #: Triton's metric samples the monitor keeps (label sets summed).
@@ -71,6 +72,30 @@ def server_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def handshake_race(log_lines: list[str]) -> str | None:
+    """The reason, when a start failed on PyTriton's handshake race; else None.
+
+    With several instances of a model, instance 0 starts a Unix-socket
+    "handshake" server that the others ask for their configuration
+    (pytriton/proxy/model.py, proxy/communication.py: ``<model>-config.sock``
+    in the workspace). The others wait only for the socket *file*, which
+    exists from ``bind()`` on, before the server listens: an instance that
+    connects in between gets "connection refused" and the model fails to
+    load. Seen on an H200 on a first start right after another server's;
+    the same start passed when run again. Nothing of it is left behind (each
+    start has a fresh workspace), so starting again is the remedy. Only the
+    lines of the last start (after the harness's banner) count.
+    """
+    last_start = max((i for i, line in enumerate(log_lines)
+                      if line.startswith("=== ordeal: start #")), default=-1)
+    text = "\n".join(log_lines[last_start + 1:])  # this start's lines only
+    if ("get_config_from_handshake_server" in text or "-config.sock" in text) and (
+            "ConnectionRefused" in text or "Connection refused" in text):
+        return ("PyTriton's handshake race: a model instance asked instance 0's config socket "
+                "before it listened (connection refused)")
+    return None
+
+
 class TritonNode(LocalNode):
     """A Triton replica: ``endpoint`` is its HTTP port (KServe v2 API)."""
 
@@ -90,11 +115,28 @@ class TritonNode(LocalNode):
                          hint=f"see {log_path}; the server runs as "
                               f"`python -m engines.triton.pytriton serve ...` (argv in the log)")
         self.device = device
+        # Starts that failed on a known race and were made again, each with
+        # its reason: the scenario's summary lists them (never hidden).
+        self.start_retries: list[dict[str, str]] = []
         self.grpc_url = f"{http.host}:{grpc_port}"
         self.health_url = f"{http.url}/v2/health/ready"
         self.metrics_url = f"http://{http.host}:{metrics_port}/metrics"
 
     def wait_ready(self, timeout: float) -> None:
+        """Ready, or one more start when the first failed on PyTriton's
+        handshake race (``handshake_race``), recorded in ``start_retries``."""
+        try:
+            self._wait_ready_once(timeout)
+        except NodeNotReady:
+            reason = handshake_race(self.process.log_tail(200))
+            if reason is None:
+                raise
+            self.start_retries.append({"at": utc_iso(), "reason": reason})
+            self.process.stop(10)
+            self.process.start()
+            self._wait_ready_once(timeout)
+
+    def _wait_ready_once(self, timeout: float) -> None:
         wait_http_ok(name=self.name, url=f"{self.health_url}", timeout=timeout,
                      is_running=self.process.is_running, exit_code=self.process.exit_code,
                      log_tail=self.process.log_tail, hint=self.hint)
