@@ -244,7 +244,15 @@ class ProcessRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProcessRecord:
         """A record as ``write_record`` stored it; TypeError/ValueError for
-        anything else."""
+        anything else. A record of the previous format (``run_id`` for the
+        cluster, ``owner_pid``/``owner_start_time``) still loads, so heal-all
+        ends what a crashed harness of the previous release left."""
+        if "run_id" in data and "cluster_id" not in data:
+            data = {k: v for k, v in data.items()
+                    if k not in ("run_id", "owner_pid", "owner_start_time")} | {
+                "cluster_id": data["run_id"],
+                "owner": ({"pid": data["owner_pid"], "start_time": data.get("owner_start_time")}
+                          if data.get("owner_pid") is not None else None)}
         owner = data.get("owner")
         return cls(**{**data, "owner": Owner(**owner) if owner is not None else None})
 

@@ -6,6 +6,7 @@ returns; load and faults reach only allowed networks."""
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import signal
 import subprocess
@@ -121,6 +122,29 @@ def test_heal_all_ends_a_dead_owners_group_and_leaves_a_live_owners_alone(tmp_pa
     finally:
         for proc in (orphan, kept, live_owner):
             end(proc)
+
+
+def test_a_record_of_the_previous_format_is_still_reaped(tmp_path):
+    """A harness of the previous release (records with ``run_id`` for the
+    cluster and ``owner_pid``) crashed: after the upgrade heal-all still ends
+    its group."""
+    orphan = sleeper(ORDEAL_RUN_ID="cluster-old")
+    gone = dead_owner()
+    try:
+        members = procfs.group_members(orphan.pid)
+        old = {"run_id": "cluster-old", "name": "replica-0", "pgid": orphan.pid,
+               "start_time": procfs.start_time(orphan.pid), "argv": ["sh"],
+               "owner_pid": gone.pid, "owner_start_time": gone.start_time}
+        records_dir().mkdir(parents=True, exist_ok=True)
+        (records_dir() / "cluster-old-replica-0.json").write_text(json.dumps(old))
+        [stored] = read_records()
+        assert stored.record.cluster_id == "cluster-old" and stored.record.owner == gone
+        lines = reap_leftovers()
+        assert lines == [f"ended {len(members)} leftover process(es) of replica-0 from cluster "
+                         f"cluster-old (group {orphan.pid})"], lines
+        assert pids_alive(members) == [] and read_records() == []
+    finally:
+        end(orphan)
 
 
 def test_a_group_led_by_another_process_now_loses_only_its_labelled_members():
