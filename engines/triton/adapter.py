@@ -93,7 +93,7 @@ def model_statistics(node: Any, timeout: float = 5.0) -> dict[str, dict[str, int
 
 class TritonEngine:
     name = "triton"
-    served_model_name = "ordeal-tiny"  # Triton nodes are probed by model_ready_url
+    served_model_name = GENERATE_MODEL  # the probe asks model_ready_url of Triton nodes
     fingerprint_prefixes = ("triton-", "haproxy-")
 
     def answer_directly(self, node: Any, timeout: float = 30.0) -> dict[str, Any]:
