@@ -283,14 +283,14 @@ def test_connection_reset_is_seen_by_the_client_and_healed(vllm_link, tmp_path):
             with pytest.raises(ConnectionResetError):
                 s.recv(100)
                 s.recv(100)
-    # Cut inside the decode, wherever it lies on this machine today: no fixed
-    # delay is sure to land before the last token.
-    ttft = full.value.get("ttft_ms", 0.0)
-    cut_at_ms = max(1, int(ttft + 0.4 * (full.value["e2e_ms"] - ttft)))
-    with ConnectionReset(link, "t", Ledger(), timeout_ms=cut_at_ms):
+    # Cut by what has flowed, not by time: past the response head and a few
+    # events, long before the 300th token, whatever this machine's speed.
+    cut_after = 2000
+    assert full.value["stream"]["n_chunks"] >= 100, full.value["stream"]["n_chunks"]
+    with ConnectionReset(link, "t", Ledger(), after_bytes=cut_after):
         cut = stream(link.listen.url, max_tokens=300)
     assert cut.type == "info" and "reset" in (cut.error or "").lower(), (
-        cut.error, full.value["e2e_ms"], cut_at_ms)
+        cut.error, cut.value)
     assert not cut.value["stream"]["done"]
     assert cut.value["stream"]["n_chunks"] < full.value["stream"]["n_chunks"]
     again = stream(link.listen.url, max_tokens=300)

@@ -452,11 +452,7 @@ def test_reset_peer_resets_at_once(proxy, ctl):
     assert echo_rtt(proxy) < 5
 
 
-def test_reset_peer_after_a_timeout_cuts_a_stream_mid_way(proxy, ctl):
-    ctl.add_toxic("http", "reset_peer", name="rst", attributes={"timeout_ms": 300})
-    c = http_conn(proxy)
-    c.request("GET", "/sse?n=40&gap_ms=30")
-    r = c.getresponse()
+def _read_until_reset(r) -> bytes:
     got = b""
     with pytest.raises((ConnectionResetError, http.client.IncompleteRead)):
         while True:
@@ -465,8 +461,43 @@ def test_reset_peer_after_a_timeout_cuts_a_stream_mid_way(proxy, ctl):
                 break
             got += piece
         raise AssertionError("the stream ended without a reset")
+    return got
+
+
+def test_reset_peer_after_a_timeout_cuts_a_stream_mid_way(proxy, ctl):
+    # The stub paces 40 events 100 ms apart (>= 3.9 s); a reset at 300 ms
+    # lands inside unless the proxy's timer is late by seconds: no race.
+    ctl.add_toxic("http", "reset_peer", name="rst", attributes={"timeout_ms": 300})
+    c = http_conn(proxy)
+    c.request("GET", "/sse?n=40&gap_ms=100")
+    got = _read_until_reset(c.getresponse())
     n = len([i for i in indexes(got) if isinstance(i, int)])
     assert 0 < n < 40, n
+
+
+def test_reset_peer_after_bytes_cuts_at_that_byte_whatever_the_pace(proxy, ctl):
+    # No gaps at all: the whole stream is ready at once, so a timer would
+    # race it; the byte trigger cuts at the same place every time, and the
+    # bytes before the cut reach the client before the RST.
+    ctl.add_toxic("http", "reset_peer", name="rst", attributes={"after_bytes": 1500})
+    ep = proxy.listens["http"]
+    for _ in range(5):
+        got = b""
+        with socket.create_connection((ep.host, ep.port), timeout=5) as s:
+            s.sendall(b"GET /sse?n=200 HTTP/1.1\r\nhost: x\r\n\r\n")
+            with pytest.raises(ConnectionResetError):
+                while piece := s.recv(65536):
+                    got += piece
+                raise AssertionError(f"closed without a reset after {len(got)} bytes")
+        assert len(got) == 1500, len(got)
+        n = len([i for i in indexes(got.split(b"\r\n\r\n", 1)[1]) if isinstance(i, int)])
+        assert 0 < n < 200, n
+
+
+def test_reset_peer_refuses_both_triggers_at_once(proxy, ctl):
+    with pytest.raises(Exception, match="either 'after_bytes'.*or 'timeout_ms'"):
+        ctl.add_toxic("http", "reset_peer", name="rst",
+                      attributes={"timeout_ms": 10, "after_bytes": 10})
 
 
 def test_limit_data_closes_after_n_bytes_each_direction(proxy, ctl, stubs):

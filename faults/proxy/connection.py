@@ -101,6 +101,15 @@ class Connection:
     def l7_toxics(self) -> list[L7Toxic]:
         return [t for t in self.link.l7 if self.enabled(t) and not isinstance(t, HttpAbort)]
 
+    async def written_out(self, direction: str, within_s: float = 1.0) -> None:
+        """Wait (at most ``within_s``) until the writer of ``direction`` has
+        handed everything it buffers to the kernel."""
+        w = self.up_w if direction == "upstream" else self.client_w
+        deadline = self.loop_time() + within_s
+        while (not self.closed and w.transport.get_write_buffer_size() > 0
+               and self.loop_time() < deadline):
+            await asyncio.sleep(0.005)
+
     # -- ending the connection -------------------------------------------------
 
     def close(self, reason: str) -> None:
