@@ -14,10 +14,19 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engines.base import Upstream
+from engines.registry import engine_for
 from nodes.ports import free_ports
 from nodes.process import REPO_ROOT, ManagedProcess
 from nodes.waits import wait_http_ok
+from ordeal.config import redact_argv
 from ordeal.topology import Endpoint, Link, NodeNotReady
+
+
+def node_command(node: Any) -> list[str] | None:
+    """The exact command a node runs (secret-looking flag values hidden), as
+    summary.json and the report show it."""
+    argv = getattr(node, "argv", None) or getattr(getattr(node, "process", None), "argv", None)
+    return redact_argv(argv) if argv else None
 
 
 class ClusterBase:
@@ -66,17 +75,24 @@ class ClusterBase:
     def describe(self) -> dict[str, Any]:
         """The cluster as summary.json's ``cluster`` records it."""
         model = getattr(self, "model", None)
+        if model is not None and hasattr(model, "describe"):
+            model_record: Any = model.describe()
+        elif model is not None:
+            model_record = {"name": model.name, "path": str(model.path), "sha256": model.sha256}
+        else:
+            model_record = None
         return {
             "backend": self.backend,
             "engine": self.engine,
             **self._describe_extra(),
-            "model": {"name": model.name, "path": str(model.path),
-                      "sha256": model.sha256} if model else None,
+            "model": model_record,
+            "stack": engine_for(self.engine, self.spec).settings(self.spec),
             "entrypoint": self.entrypoint.url if self.router else None,
             "links": [{"name": x.name, "listen": x.listen.url, "upstream": x.upstream.url}
                       for x in self.links],
             "nodes": [{"name": n.name, "role": n.role, "url": n.endpoint.url,
-                       **self._node_extra(n), "fingerprint": n.fingerprint()}
+                       **self._node_extra(n), "fingerprint": n.fingerprint(),
+                       "command": node_command(n)}
                       for n in self.nodes],
         }
 

@@ -18,12 +18,21 @@ host pids. So containers run with every capability dropped and
 Everything created carries the labels of ``faults.containers``; teardown
 removes the cluster's containers and network, and a crashed harness's are removed
 by label (``python -m faults heal-all``, and at every suite start).
+
+Where a replica's engine comes from (``--docker-engine``): "mounted" (the
+default) runs this machine's Python and vLLM, bind-mounted read-only into
+the suite's base image; "image" runs the ``--docker-image``'s own
+entrypoint with the server's arguments after the image (the vLLM
+OpenAI-server image's convention) and mounts only the model (read-only) and
+the log directory, where Ordeal puts the node header the replica loads.
+The router stays Ordeal's (base image, this machine's vllm-router).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
+import shutil
 import signal as signals
 import sys
 import threading
@@ -34,19 +43,25 @@ from typing import Any, Callable, Iterator
 
 from clusters.base import ClusterBase
 from clusters.docker_image import ensure_base_image
-from engines.vllm.model import TinyModel, ensure_tiny_model
+from engines.vllm.adapter import prepare_model
+from engines.vllm.model import TinyModel
 from engines.vllm.nodes import (
     REPLICA_HINT,
     REPO_ROOT,
     ROUTER_HINT,
+    SERVED_MODEL_NAME,
+    ReplicaConfig,
     probe_vllm_fingerprint,
     replica_argv,
     replica_env,
     router_argv,
     router_fingerprint,
+    server_args,
 )
+from faults.clock_drift import DEBIAN_LIBFAKETIME, faketime_env, prepare_clock_file
 from faults.containers import (
     CLUSTER_LABEL,
+    IMAGE_LABEL,
     NODE_LABEL,
     OWNER_LABEL,
     DockerUnavailable,
@@ -95,6 +110,8 @@ class DockerNode:
         self._clock_file = clock_file
         self._fingerprint: str | None = None
         self.metrics_port: int | None = None
+        self.served_model_name = SERVED_MODEL_NAME  # what the fingerprint probe asks for
+        self.argv: list[str] = []  # the container's command, for summary.json
         self.journal_dir: Path | None = None  # where the node writes its request journal
 
     def _state(self) -> dict[str, Any]:
@@ -211,11 +228,22 @@ class DockerNode:
                      log_tail=self.log_tail,
                      hint=f"container {self.container_id[:12]} is {self.status()}; "
                           f"docker logs {self.container_id[:12]}. {self.hint}")
-        self._fingerprint = (probe_vllm_fingerprint(self.endpoint.url) if self.role == "replica"
-                             else router_fingerprint())
+        self._fingerprint = (probe_vllm_fingerprint(self.endpoint.url,
+                                                    model=self.served_model_name)
+                             if self.role == "replica" else router_fingerprint())
 
     def fingerprint(self) -> str:
         return self._fingerprint or "unknown"
+
+
+def image_has_file(client: Any, image: str, path: str) -> bool:
+    """Whether ``image`` holds ``path`` (a throwaway container, no network)."""
+    try:
+        client.containers.run(image, entrypoint=["/bin/sh", "-c", f"test -e {path}"],
+                              remove=True, network_mode="none", labels={IMAGE_LABEL: "probe"})
+        return True
+    except Exception:  # noqa: BLE001 - no shell, no file: either way, not there
+        return False
 
 
 class DockerCluster(ClusterBase):
@@ -248,13 +276,15 @@ class DockerCluster(ClusterBase):
             labels[NODE_LABEL] = node
         return labels
 
-    def _mounts(self) -> list[str]:
+    def _mounts(self, own_engine: bool = False) -> list[str]:
         """What a container needs from the host, read-only at the same
         paths: the interpreter (unless it is the system's, which the image
         has), the virtual environment, the repository and the model; and the
-        run's log directory writable, for the clock files."""
-        paths = [Path(sys.prefix), REPO_ROOT]
-        if not str(Path(sys.base_prefix).resolve()).startswith("/usr"):
+        run's log directory writable, for the clock files. A replica that
+        runs its image's own engine (``own_engine``) gets the model and the
+        log directory only."""
+        paths = [] if own_engine else [Path(sys.prefix), REPO_ROOT]
+        if not own_engine and not str(Path(sys.base_prefix).resolve()).startswith("/usr"):
             paths.append(Path(sys.base_prefix).resolve())
         if self.model is not None:
             paths.append(Path(self.model.path).resolve())
@@ -263,10 +293,12 @@ class DockerCluster(ClusterBase):
         return binds
 
     def _create(self, name: str, role: Role, ip: str, argv: list[str], env: dict[str, str],
-                hint: str, clock_file: Path | None = None) -> DockerNode:
+                hint: str, clock_file: Path | None = None, image: str | None = None,
+                own_engine: bool = False) -> DockerNode:
         api = self.client.api
+        image = image or self.image
         host_config = api.create_host_config(
-            binds=self._mounts(), shm_size="1g", init=True,
+            binds=self._mounts(own_engine), shm_size="1g", init=True,
             cap_drop=["ALL"], security_opt=["no-new-privileges"],
             mem_limit=self.spec.docker_memory or None,
             nano_cpus=int(self.spec.docker_cpus * 1e9) if self.spec.docker_cpus else None,
@@ -277,16 +309,19 @@ class DockerCluster(ClusterBase):
         cname = f"ordeal-{self.cluster_id}-{name}"[:128]
         try:
             made = api.create_container(
-                self.image, command=argv, name=cname, environment=env,
+                image, command=argv, name=cname, environment=env,
                 labels=self._labels(name), host_config=host_config,
                 networking_config=networking, user=f"{os.getuid()}:{os.getgid()}",
                 working_dir="/tmp")
         except Exception as e:  # noqa: BLE001 - the engine's message is the useful part
-            raise DockerError(f"{name}: cannot create a container from image {self.image}: "
+            raise DockerError(f"{name}: cannot create a container from image {image}: "
                               f"{e}") from None
         node = DockerNode(name, role, self.client, made["Id"], Endpoint(ip, ENGINE_PORT), hint,
                           clock_file)
         node.journal_dir = self.log_dir.resolve()
+        node.argv = list(argv)
+        node.image = image
+        node.binds = self._mounts(own_engine)
         return node
 
     def _gpu_requests(self) -> list[Any] | None:
@@ -308,19 +343,66 @@ class DockerCluster(ClusterBase):
                 "ORDEAL_LOG_DIR": str(self.log_dir.resolve()),
                 OWNER_PID_ENV: str(os.getpid())}
 
+    def _image_env(self, name: str, core: int, clock: Path | None, node_header: Path,
+                   config: ReplicaConfig) -> dict[str, str]:
+        """A replica's environment when it runs its image's own engine: the
+        image's PATH and Python stay; Ordeal adds the labels, the node
+        header's package (in the log directory), the offline flags, the
+        image's libfaketime for clock faults, and the user's --engine-env."""
+        env = replica_env({}, core, None, config)
+        for key in ("PYTHONPATH", "LD_PRELOAD"):
+            env.pop(key, None)
+        env = {k: v for k, v in env.items() if k not in dict(config.engine_env)}
+        env.update({"HOME": "/tmp", "PYTHONPATH": str(node_header),
+                    CLUSTER_ENV: self.cluster_id, NODE_ENV: name,
+                    "ORDEAL_LOG_DIR": str(self.log_dir.resolve()),
+                    OWNER_PID_ENV: str(os.getpid())})
+        if clock is not None:
+            prepare_clock_file(clock)
+            env.update(faketime_env(clock, library=DEBIAN_LIBFAKETIME))
+        env.update(dict(config.engine_env))
+        return env
+
+    def _node_header_package(self) -> Path:
+        """The node header (engines/vllm/node_header.py) and the journal
+        format it writes (ordeal/journal.py), copied into the log directory:
+        an image's own Python loads them from there with --middleware, and
+        nothing else of Ordeal enters the container."""
+        root = self.log_dir.resolve() / "ordeal-node-header"
+        for rel in ("engines/vllm/node_header.py", "ordeal/journal.py"):
+            dest = root / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(REPO_ROOT / rel, dest)
+        for pkg in ("engines", "engines/vllm", "ordeal"):
+            (root / pkg / "__init__.py").write_text("")
+        return root
+
     def start(self) -> "DockerCluster":
         t0 = time.monotonic()
         if self.client is None:
             self.client = docker_client()
         if self.model is None:
-            self.progress(f"preparing the tiny model (seed {self.spec.model_seed}) ...")
-            self.model = ensure_tiny_model(self.spec.model_seed)
+            self.model = prepare_model(self.spec, self.progress)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.image = self.spec.docker_image or ensure_base_image(self.client, self.progress)
+        own_engine = self.spec.docker_engine == "image"
+        base = None if self.spec.docker_image and not own_engine else \
+            ensure_base_image(self.client, self.progress)
+        self.image = self.spec.docker_image or base
+        # The router is Ordeal's part: with the image's own engine it runs
+        # on the base image with this machine's vllm-router, as before.
+        self.router_image = base if own_engine else self.image
         if not self.client.images.list(name=self.image):
             raise DockerError(f"image {self.image!r} is not in this Docker engine (no registry "
                               "is used): load it (docker load -i FILE) or build it, or leave "
                               "--docker-image out to use the suite's own base image")
+        faketime_in_image = own_engine and self.spec.clock_faults and \
+            image_has_file(self.client, self.image, DEBIAN_LIBFAKETIME)
+        if own_engine:
+            node_header_path = self._node_header_package()
+            self.progress(f"--docker-engine image: replicas run {self.image}'s own entrypoint "
+                          f"and vLLM; mounted: the model (read-only) and {self.log_dir}; "
+                          + ("clock faults through the image's libfaketime" if faketime_in_image
+                             else f"no clock faults (the image has no {DEBIAN_LIBFAKETIME})"))
         self._create_network()
         subnet_hosts = self.subnet.hosts()
         next(subnet_hosts)  # the gateway
@@ -329,12 +411,22 @@ class DockerCluster(ClusterBase):
         replicas = []
         for i in range(self.spec.replicas):
             name = f"replica-{i}"
-            clock = (self.log_dir / f"{name}.faketime") if self.spec.clock_faults else None
-            env = self._env(name, replica_env({}, cores[i % len(cores)], clock))
-            argv = replica_argv(str(Path(sys.prefix) / "bin" / "python"), self.model.path,
-                                "0.0.0.0", ENGINE_PORT)
-            replicas.append(self._create(name, "replica", ips[i], argv, env, REPLICA_HINT,
-                                         clock))
+            config = ReplicaConfig.of(self.spec)
+            if own_engine:
+                clock = (self.log_dir / f"{name}.faketime") if faketime_in_image else None
+                env = self._image_env(name, cores[i % len(cores)], clock, node_header_path,
+                                      config)
+                argv = server_args(self.model.path, "0.0.0.0", ENGINE_PORT, config)
+            else:
+                clock = (self.log_dir / f"{name}.faketime") if self.spec.clock_faults else None
+                env = {**self._env(name, replica_env({}, cores[i % len(cores)], clock, config)),
+                       **dict(config.engine_env)}  # the user's, whatever their names
+                argv = replica_argv(str(Path(sys.prefix) / "bin" / "python"), self.model.path,
+                                    "0.0.0.0", ENGINE_PORT, config)
+            node = self._create(name, "replica", ips[i], argv, env, REPLICA_HINT, clock,
+                                own_engine=own_engine)
+            node.served_model_name = config.served_model_name
+            replicas.append(node)
         self.nodes.extend(replicas)
         for r in replicas:
             r.start()
@@ -343,9 +435,12 @@ class DockerCluster(ClusterBase):
         self._wait_all(replicas)
         worker_urls = self._start_proxy(replicas, ips[-1])
         router_argv_ = router_argv(str(Path(sys.prefix) / "bin" / "vllm-router"), "0.0.0.0",
-                                   ENGINE_PORT, worker_urls, metrics_port=ROUTER_METRICS_PORT)
+                                   ENGINE_PORT, worker_urls, metrics_port=ROUTER_METRICS_PORT,
+                                   profile=self.spec.router_profile,
+                                   extra_args=self.spec.router_args)
         self.router = self._create("router", "router", ips[-1], router_argv_,
-                                   self._env("router", {}), ROUTER_HINT)
+                                   self._env("router", {}), ROUTER_HINT,
+                                   image=self.router_image)
         self.router.metrics_port = ROUTER_METRICS_PORT
         self.nodes.append(self.router)
         self.router.start()

@@ -30,7 +30,7 @@ class LocalCluster(HostFrontCluster):
                  progress: Progress = print, model: TinyModel | None = None):
         super().__init__(spec, cluster_id, log_dir, progress, model)
         self.engine = spec.engine
-        self.engine_adapter = engine_for(spec.engine)
+        self.engine_adapter = engine_for(spec.engine, spec)
         # Where a sequence jump tells the Triton client what to do (faults/
         # sequence_jump.py); None for engines without request-chain sequences.
         self.sequence_jump_file: Path | None = (self.log_dir / "sequence-jump.json"

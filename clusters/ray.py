@@ -52,10 +52,13 @@ from typing import Any, Callable
 
 from clusters.base import HostFrontCluster
 from engines.registry import engine_for
-from engines.vllm.model import TinyModel, ensure_tiny_model
+from engines.vllm.adapter import prepare_model
+from engines.vllm.model import TinyModel
 from engines.vllm.nodes import (
     REPLICA_HINT,
     REPO_ROOT,
+    SERVED_MODEL_NAME,
+    ReplicaConfig,
     probe_vllm_fingerprint,
     replica_argv,
     replica_env,
@@ -145,10 +148,11 @@ class ReplicaActor:
         if self.proc is not None and group_members(self.proc.pid or 0):
             # Killed leader, children left (EngineCore dies a moment later).
             os.killpg(self.proc.pid, signals.SIGKILL)
+        config = s.get("config") or ReplicaConfig()
         env = replica_env(dict(os.environ), s["cpu_core"],
-                          Path(s["clock_file"]) if s["clock_file"] else None)
+                          Path(s["clock_file"]) if s["clock_file"] else None, config)
         env[BACKEND_LABEL] = "ray"
-        argv = replica_argv(sys.executable, Path(s["model_dir"]), s["host"], s["port"])
+        argv = replica_argv(sys.executable, Path(s["model_dir"]), s["host"], s["port"], config)
         # A new ManagedProcess per start (see _engine_alive); the log banner
         # counts this actor's starts.
         self.proc = ManagedProcess(s["name"], argv, env, Path(s["log_path"]), s["cluster_id"],
@@ -336,6 +340,8 @@ class RayReplica:
         self.timeout_s = timeout_s
         self.info: dict[str, Any] = {}
         self._fingerprint: str | None = None
+        self.served_model_name = SERVED_MODEL_NAME  # what the fingerprint probe asks for
+        self.argv: list[str] = []  # the engine's command, for summary.json
 
     # what the actor last said
     @property
@@ -409,7 +415,8 @@ class RayReplica:
                                        + "\n".join(self.log_tail(30)) + f"\nhint: {REPLICA_HINT}")
                 status, body = http_get(f"{self.endpoint.url}/health")
                 if status == 200:
-                    self._fingerprint = probe_vllm_fingerprint(self.endpoint.url)
+                    self._fingerprint = probe_vllm_fingerprint(self.endpoint.url,
+                                                               model=self.served_model_name)
                     return
                 last = f"HTTP {status}: {body[:200]!r}"
             except NodeNotReady:
@@ -444,7 +451,7 @@ class RayCluster(HostFrontCluster):
         self.namespace = f"ordeal-{uuid.uuid4().hex[:8]}"
         self.temp_dir: Path | None = None
         self.joined = spec.ray_address is not None
-        self.engine_adapter = engine_for(self.engine)  # the router, the upstreams
+        self.engine_adapter = engine_for(self.engine, self.spec)  # the router, the upstreams
         self._connected = False
         self._actors: list[Any] = []
 
@@ -480,8 +487,7 @@ class RayCluster(HostFrontCluster):
         t0 = time.monotonic()
         ray = ray_module()
         if self.model is None:
-            self.progress(f"preparing the tiny model (seed {self.spec.model_seed}) ...")
-            self.model = ensure_tiny_model(self.spec.model_seed)
+            self.model = prepare_model(self.spec, self.progress)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         if self.joined:
             self.address = self.spec.ray_address
@@ -611,7 +617,7 @@ class RayCluster(HostFrontCluster):
                     "host": host, "port": ports[i], "cpu_core": cores[i % len(cores)],
                     "clock_file": str(clock) if clock else None,
                     "log_path": str(self.log_dir / f"{name}.log"),
-                    "owner": owner}
+                    "owner": owner, "config": ReplicaConfig.of(self.spec)}
             actor = actor_cls.options(
                 name=f"{self.cluster_id}-{name}", lifetime="detached", max_restarts=-1,
                 max_task_retries=0, max_concurrency=4, **need,
@@ -621,6 +627,11 @@ class RayCluster(HostFrontCluster):
             self._actors.append(actor)
             node = RayReplica(name, Endpoint(host, ports[i]), self.log_dir / f"{name}.log",
                               actor, clock)
+            node.served_model_name = spec["config"].served_model_name
+            # The actor builds the same command from the same inputs (the
+            # actor's interpreter is this one: the Ray nodes run it).
+            node.argv = replica_argv(sys.executable, self.model.path, host, ports[i],
+                                     spec["config"])
             self.nodes.append(node)
         self.progress(f"placed {self.spec.replicas} replica actor(s) on "
                       f"{len(targets)} Ray node(s); vLLM ports "

@@ -4,6 +4,8 @@ no cycle."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from engines.base import Engine
 from engines.triton.adapter import TritonEngine
 from engines.vllm.adapter import VllmEngine
@@ -11,9 +13,11 @@ from engines.vllm.adapter import VllmEngine
 ENGINES: dict[str, type] = {"vllm": VllmEngine, "triton": TritonEngine}
 
 
-def engine_for(name: str) -> Engine:
-    """The adapter of engine ``name``; a ValueError names the known ones."""
+def engine_for(name: str, spec: Any = None) -> Engine:
+    """The adapter of engine ``name`` for a cluster of ``spec`` (a
+    ClusterSpec; None: the defaults); a ValueError names the known ones."""
     try:
-        return ENGINES[name]()
+        cls = ENGINES[name]
     except KeyError:
         raise ValueError(f"unknown engine {name!r}; available: {', '.join(ENGINES)}") from None
+    return cls(spec)

@@ -63,6 +63,8 @@ class Fault(ABC):
     privilege: ClassVar[str] = ""
     #: What a user who cannot be root can use instead (for the refusal).
     without_root: ClassVar[str] = ""
+    #: Capabilities root itself must hold (a container's root may lack them).
+    capabilities: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, target: str, run_id: str, ledger: Ledger):
         self.target = target
@@ -73,6 +75,13 @@ class Fault(ABC):
     def root_reason(self) -> str | None:
         """Why this fault, as configured, needs root; None when it does not."""
         return self.privilege if self.needs_root else None
+
+    @classmethod
+    def root_reason_on(cls, gpu_backend: str) -> str | None:
+        """Why this kind needs root on a machine whose co-tenant backend is
+        ``gpu_backend`` ("cuda" with a GPU, else "cpu"), before any fault is
+        made; None when it does not (faults.catalogue.unrunnable_kinds)."""
+        return cls.privilege if cls.needs_root else None
 
     def _require_privilege(self) -> None:
         why = self.root_reason()

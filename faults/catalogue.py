@@ -6,6 +6,9 @@ kinds' modules never depend on one another through it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from pathlib import Path
+
 from .bandwidth_limit import BandwidthLimit
 from .base import Fault
 from .clock_drift import ClockDrift
@@ -35,3 +38,47 @@ _BACKEND: tuple[type[Fault], ...] = (RayNodeLoss, RayNodePause, RayNodePartition
 KINDS: tuple[str, ...] = tuple(cls.kind for cls in _COMMON)
 BACKEND_KINDS: tuple[str, ...] = tuple(cls.kind for cls in _BACKEND)
 REGISTRY: dict[str, type[Fault]] = {cls.kind: cls for cls in (*_COMMON, *_BACKEND)}
+
+#: Linux capability bits (linux/capability.h) of the names kinds declare.
+CAP_BITS: dict[str, int] = {"CAP_NET_ADMIN": 12, "CAP_SYS_ADMIN": 21}
+
+
+def effective_capabilities(status: Path = Path("/proc/self/status")) -> int | None:
+    """This process's effective capability mask (``CapEff``); None where it
+    cannot be read (then capabilities are not judged)."""
+    try:
+        for line in status.read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def unrunnable_kinds(euid: int, gpu_backend: str = "cpu", cap_eff: int | None = None,
+                     kinds: Iterable[str] = KINDS) -> dict[str, str]:
+    """``{kind: why}`` for each of ``kinds`` this harness cannot inject, and
+    exactly what is missing. Pure: the caller gives the effective uid, the
+    effective capability mask (None: unknown, not judged) and the co-tenant
+    backend ("cuda" where a GPU is seen, else "cpu": gpu_throttle needs root
+    only for its CPU quota). A kind that needs root is refused to any other
+    uid (``Fault._require_privilege``, the same rule), and to a root that
+    lacks a capability the kind declares (a container's root without
+    NET_ADMIN cannot use iptables)."""
+    out: dict[str, str] = {}
+    for kind in kinds:
+        cls = REGISTRY[kind]
+        why = cls.root_reason_on(gpu_backend)
+        if why is None:
+            continue
+        instead = f"; without root use {cls.without_root}" if cls.without_root else ""
+        if euid != 0:
+            out[kind] = (f"needs root (effective uid 0) and this harness runs as uid {euid} "
+                         f"(why: {why}){instead}")
+            continue
+        missing = [c for c in cls.capabilities
+                   if cap_eff is not None and not cap_eff >> CAP_BITS[c] & 1]
+        if missing:
+            out[kind] = (f"needs {', '.join(missing)}, which this root harness lacks "
+                         f"(CapEff {cap_eff:#x}) (why: {why}){instead}")
+    return out

@@ -72,10 +72,16 @@ def libfaketime_library() -> Path:
     return lib
 
 
-def faketime_env(clock_file: Path) -> dict[str, str]:
+#: Where Debian's libfaketime package puts the library: where Ordeal looks
+#: in an image that runs its own engine (--docker-engine image).
+DEBIAN_LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+
+def faketime_env(clock_file: Path, library: str | Path | None = None) -> dict[str, str]:
     """Environment that starts a process with its wall clock read from
-    ``clock_file`` (libfaketime's "+3600" / "-120 x1.5" format)."""
-    preload = [str(libfaketime_library())]
+    ``clock_file`` (libfaketime's "+3600" / "-120 x1.5" format); ``library``:
+    where the process finds libfaketime (default: this environment's)."""
+    preload = [str(library or libfaketime_library())]
     if os.environ.get("LD_PRELOAD"):
         preload.append(os.environ["LD_PRELOAD"])
     return {

@@ -60,6 +60,10 @@ class GpuThrottle(CotenantFault):
         """Root only for the CPU quota: a CUDA co-tenant is an ordinary process."""
         return None if self._resolve_backend() == "cuda" else super().root_reason()
 
+    @classmethod
+    def root_reason_on(cls, gpu_backend: str) -> str | None:
+        return None if gpu_backend == "cuda" else super().root_reason_on(gpu_backend)
+
     # --- CUDA: the co-tenant path of CotenantFault, unchanged --------------------
 
     def _plan_helper(self, backend: str) -> tuple[list[str], str, dict[str, Any]]:

@@ -318,6 +318,7 @@ class ChainFault(Fault):
     """
 
     hooks: tuple[str, ...] = HOOKS
+    capabilities = ("CAP_NET_ADMIN",)
 
     def __init__(self, target: Node | Sequence[Node], run_id: str, ledger: Ledger):
         self.nodes = as_nodes(target, self.kind)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ordeal.config import ConfigError
 
@@ -38,6 +38,15 @@ class FaultChoice:
     target: str = "one"
     params: dict[str, Any] = field(default_factory=dict)
     weight: float = 1.0
+
+
+def leave_out(choices: Sequence[FaultChoice],
+              cannot: Mapping[str, str]) -> tuple[list[FaultChoice], dict[str, str]]:
+    """The choices whose kind can run here, and ``{kind: why}`` of those left
+    out (``cannot``: faults.catalogue.unrunnable_kinds). Pure."""
+    kept = [c for c in choices if c.kind not in cannot]
+    left = {c.kind: cannot[c.kind] for c in choices if c.kind in cannot}
+    return kept, left
 
 
 def plan_schedule(choices: Sequence[FaultChoice], duration_s: float, seed: int,

@@ -17,6 +17,35 @@ not take effect or the server said it failed):
   error event in a stream (even under 200) . fail
   malformed SSE data / malformed JSON body . fail
   timeout, connection lost, no [DONE] ...... info (it may have run)
+
+Beyond today's knobs (all off by default; a spec built with the original
+fields only plans exactly the requests it always did, byte for byte):
+
+- ``arrival="constant"``: open loop with even gaps of 1/rate (no randomness).
+- ``prompt_tokens`` / ``output_tokens``: a ``Distribution`` (fixed, uniform,
+  normal, log-normal, clamped to min..max) instead of the uniform
+  ``prompt_words`` / ``max_tokens`` ranges. Prompt length "in tokens" is
+  counted in words of ``WORDS``: the client has no tokenizer. One word is
+  about one token in common tokenizers (each is a common English word), but
+  2-6 tokens (about 3.7 on average) in the tiny model's BPE, which is trained
+  on syllable pseudo-words: size prompts for its max-model-len (512) with
+  that in mind. Output lengths are exact: they are ``max_tokens``.
+- ``turns``: multi-turn chat. A chat request that starts a conversation is
+  followed in the plan by its next turns (consecutive non-canary requests);
+  each turn sends the previous turns' messages. The plan is pure and cannot
+  know the answers, so each earlier answer is ``ASSISTANT_PLACEHOLDER``
+  (or, with a dataset, the dataset's own answer). Turns do not wait for the
+  previous answer: they arrive like any other request.
+- ``prefix_groups`` + ``prefix_tokens``: every non-canary request belongs to
+  one of N groups; requests of a group share a seeded common prefix of
+  ``prefix_tokens`` words (prefix caching). The prefix comes before the
+  drawn prompt (the prompt length does not include it); in a conversation it
+  opens the first user message, so later turns carry it in their history.
+- ``dataset``: prompts (or conversations) drawn, seeded, from a JSONL file
+  (``load_dataset``); they replace the drawn words and are sent as they are
+  (their length is the dataset's: mind the model's max-model-len).
+
+Canaries are never touched by any of these: same prompts, greedy, 16 tokens.
 """
 
 from __future__ import annotations
@@ -24,11 +53,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import random
 import time
 import urllib.parse
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator, Literal, Protocol
 
 import aiohttp
@@ -46,6 +77,224 @@ WORDS = ("the cluster replica router token stream fault heal latency packet cloc
          "server queue batch cache memory process restart health prompt answer quick brown "
          "fox jumps over lazy dog alpha beta gamma delta").split()
 CANARY_PROMPTS = ("the quick brown fox jumps over", "alpha beta gamma delta", "router replica health")
+#: What a multi-turn request's history says the model answered before: the
+#: plan is pure and cannot know the real answers.
+ASSISTANT_PLACEHOLDER = "(an earlier answer)"
+DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal")
+#: The parameters each distribution takes (min and max clamp every one).
+DISTRIBUTION_PARAMS = {"fixed": ("value",), "uniform": ("min", "max"),
+                       "normal": ("mean", "stddev", "min", "max"),
+                       "lognormal": ("mean", "sigma", "min", "max")}
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A length in tokens, drawn per request, rounded and clamped to
+    ``min..max`` (``max`` None: no upper clamp).
+
+    fixed: always ``value``. uniform: an integer in ``min..max``, both given.
+    normal: ``mean`` and ``stddev``. lognormal: ``mean`` is the mean of the
+    lengths themselves (not of their log) and ``sigma`` the spread of the
+    underlying normal, so mu = ln(mean) - sigma**2/2. The clamp moves the
+    mean a little when it bites; ``mean`` must lie within ``min..max``.
+    """
+
+    kind: str
+    value: int | None = None
+    mean: float | None = None
+    stddev: float | None = None
+    sigma: float | None = None
+    min: int = 1
+    max: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in DISTRIBUTIONS:
+            raise ConfigError(f"distribution {self.kind!r}: use one of {list(DISTRIBUTIONS)}")
+        takes = DISTRIBUTION_PARAMS[self.kind]
+        given = {k for k in ("value", "mean", "stddev", "sigma", "max")
+                 if getattr(self, k) is not None}
+        if self.min != 1:
+            given.add("min")
+        extra = sorted(given - set(takes))
+        if extra:
+            raise ConfigError(f"{self.kind} distribution does not take {extra}; "
+                              f"it takes {list(takes)}")
+        needs = takes if self.kind == "uniform" else [k for k in takes if k not in ("min", "max")]
+        missing = [k for k in needs if getattr(self, k) is None]
+        if missing:
+            raise ConfigError(f"{self.kind} distribution needs {missing} "
+                              f"(it takes {list(takes)})")
+        if self.kind == "fixed":
+            if not _count(self.value) or self.value < 1:
+                raise ConfigError(f"fixed value {self.value!r}: must be a whole number of "
+                                  "tokens, at least 1")
+            return
+        if not _count(self.min) or self.min < 1:
+            raise ConfigError(f"{self.kind} min {self.min!r}: must be a whole number, at least 1")
+        if self.max is not None:
+            if not _count(self.max):
+                raise ConfigError(f"{self.kind} max {self.max!r}: must be a whole number")
+            if self.min > self.max:
+                raise ConfigError(f"{self.kind} min {self.min} > max {self.max}: "
+                                  "need min <= max")
+        if self.kind == "uniform":
+            return
+        if not _number(self.mean) or self.mean <= 0:
+            raise ConfigError(f"{self.kind} mean {self.mean!r}: must be more than 0 tokens")
+        if not self.min <= self.mean <= (self.max if self.max is not None else math.inf):
+            raise ConfigError(f"{self.kind} mean {self.mean} lies outside min..max "
+                              f"{self.min}..{self.max}: move the mean or widen the clamp")
+        spread = "stddev" if self.kind == "normal" else "sigma"
+        value = getattr(self, spread)
+        if not _number(value) or value <= 0:
+            raise ConfigError(f"{self.kind} {spread} {value!r}: must be more than 0 "
+                              f"(for a constant length use dist = \"fixed\")")
+
+    def sample(self, rng: random.Random) -> int:
+        if self.kind == "fixed":
+            assert self.value is not None
+            return self.value
+        if self.kind == "uniform":
+            assert self.max is not None
+            return rng.randint(self.min, self.max)
+        assert self.mean is not None
+        if self.kind == "normal":
+            assert self.stddev is not None
+            x = rng.normalvariate(self.mean, self.stddev)
+        else:
+            assert self.sigma is not None
+            x = rng.lognormvariate(math.log(self.mean) - self.sigma ** 2 / 2, self.sigma)
+        n = max(self.min, round(x))
+        return n if self.max is None else min(self.max, n)
+
+    def bounds(self) -> tuple[int, int | None]:
+        """The smallest and largest length it can give (None: unbounded)."""
+        if self.kind == "fixed":
+            assert self.value is not None
+            return self.value, self.value
+        return self.min, self.max
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, in the workload file's shape (``dist`` and its params)."""
+        out: dict[str, Any] = {"dist": self.kind}
+        for k in DISTRIBUTION_PARAMS[self.kind]:
+            if getattr(self, k) is not None:
+                out[k] = getattr(self, k)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Distribution:
+        """Back from ``to_dict`` (or from ``dataclasses.asdict``)."""
+        kw = {k: v for k, v in d.items() if k not in ("dist", "kind")}
+        bad = sorted(set(kw) - {"value", "mean", "stddev", "sigma", "min", "max"})
+        if bad:
+            raise ConfigError(f"distribution {d!r}: unknown key(s) {bad}")
+        if d.get("min") is None:
+            kw.pop("min", None)
+        return cls(d.get("dist", d.get("kind")), **kw)
+
+
+#: One dataset entry: its user turns, each with the answer the dataset
+#: recorded for it (None: none recorded).
+Conversation = tuple[tuple[str, "str | None"], ...]
+_USER_ROLES = ("human", "user")
+_ASSISTANT_ROLES = ("gpt", "assistant", "chatgpt", "bing", "bard", "model")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Prompts or conversations read from a JSONL file (``load_dataset``)."""
+
+    path: str
+    sha256: str
+    conversations: tuple[Conversation, ...]
+
+    def describe(self) -> dict[str, Any]:
+        return {"path": self.path, "sha256": self.sha256,
+                "entries": len(self.conversations),
+                "turns": sum(len(c) for c in self.conversations)}
+
+
+def load_dataset(path: str | Path) -> Dataset:
+    """Read a JSONL dataset, one entry per line (blank lines skipped):
+
+    - ``{"prompt": "..."}``: one single-turn prompt;
+    - ShareGPT's shape, ``{"conversations": [{"from": "human", "value": "..."},
+      {"from": "gpt", "value": "..."}, ...]}``: the human turns are prompts,
+      each gpt turn the recorded answer to the human turn before it.
+      ``user``/``assistant`` are read as human/gpt; ``system`` turns and
+      answers before the first human turn are skipped. Other keys on a line
+      (ShareGPT's ``id``) are ignored.
+
+    Anything else is a ``ConfigError`` naming the file and the first bad line.
+    """
+    p = Path(path)
+    where = f"dataset {str(p)!r}"
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError as e:
+        raise ConfigError(f"{where}: no such file; give the path of a JSONL file "
+                          "(relative paths in a workload file start at that file)") from e
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot read it ({e})") from e
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{where}: not UTF-8 text ({e})") from e
+    entries: list[Conversation] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        at = f"{where} line {n}"
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError) as e:
+            raise ConfigError(f"{at}: not JSON ({e}); each line must be one JSON object") from e
+        entries.append(_dataset_entry(obj, at))
+    if not entries:
+        raise ConfigError(f"{where}: no entries; write one JSON object per line, "
+                          '{"prompt": ...} or {"conversations": [...]}')
+    return Dataset(str(p), hashlib.sha256(raw).hexdigest(), tuple(entries))
+
+
+def _dataset_entry(obj: Any, at: str) -> Conversation:
+    shape = ('each line is {"prompt": "..."} or {"conversations": '
+             '[{"from": "human"|"gpt", "value": "..."}, ...]}')
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{at}: a {type(obj).__name__}, not an object; {shape}")
+    if "prompt" in obj:
+        prompt = obj["prompt"]
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ConfigError(f"{at}: prompt must be a non-empty string, got {prompt!r:.80}")
+        return ((prompt, None),)
+    turns = obj.get("conversations")
+    if not isinstance(turns, list):
+        raise ConfigError(f"{at}: neither 'prompt' nor a 'conversations' list; {shape}")
+    pairs: list[tuple[str, str | None]] = []
+    for i, turn in enumerate(turns):
+        if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
+            raise ConfigError(f"{at}: conversations[{i}] is not "
+                              '{"from": ..., "value": "<text>"}')
+        role = turn.get("from")
+        if role in _USER_ROLES:
+            pairs.append((turn["value"], None))
+        elif role in _ASSISTANT_ROLES:
+            if pairs and pairs[-1][1] is None:
+                pairs[-1] = (pairs[-1][0], turn["value"])
+        elif role != "system":
+            raise ConfigError(f"{at}: conversations[{i}] from {role!r}: use 'human' or 'gpt'")
+    if not pairs or not any(u.strip() for u, _ in pairs):
+        raise ConfigError(f"{at}: no human turn with text; {shape}")
+    return tuple(pairs)
 
 
 @dataclass(frozen=True)
@@ -70,8 +319,30 @@ class WorkloadSpec:
     # vLLM's extension: token ids in every chunk, so usage can be checked
     # against the tokens really streamed (chunks merge tokens under load).
     return_token_ids: bool = True
+    # Beyond here: off by default, see the module docstring.
+    arrival: Literal["gamma", "constant"] = "gamma"  # open loop: gamma (Poisson at 1.0)
+    prompt_tokens: Distribution | None = None  # None: uniform prompt_words
+    output_tokens: Distribution | None = None  # None: uniform max_tokens
+    turns: int = 1  # user turns per chat conversation
+    prefix_groups: int = 0  # groups of requests sharing a prefix (0: none)
+    prefix_tokens: int = 0  # words of each group's shared prefix
+    dataset: Dataset | None = None  # a path is read with load_dataset
 
     def __post_init__(self) -> None:
+        # The JSON forms (spec_to_dict, a summary or a schedule file) come back.
+        for name in ("prompt_tokens", "output_tokens"):
+            if isinstance(getattr(self, name), dict):
+                object.__setattr__(self, name, Distribution.from_dict(getattr(self, name)))
+        if isinstance(self.dataset, (str, Path)):
+            object.__setattr__(self, "dataset", load_dataset(self.dataset))
+        elif isinstance(self.dataset, dict) and "path" in self.dataset:
+            loaded = load_dataset(self.dataset["path"])
+            want = self.dataset.get("sha256")
+            if want is not None and want != loaded.sha256:
+                raise ConfigError(f"dataset {loaded.path!r}: its sha256 is {loaded.sha256}, "
+                                  f"not {want} as recorded: the file changed; restore it to "
+                                  "replay the same prompts")
+            object.__setattr__(self, "dataset", loaded)
         if self.duration_s <= 0:
             raise ConfigError("workload duration must be more than zero seconds")
         if self.mode not in ("open", "closed"):
@@ -88,6 +359,37 @@ class WorkloadSpec:
         for name in ("stream_share", "chat_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"{name} {getattr(self, name)}: must be within 0..1")
+        if self.arrival not in ("gamma", "constant"):
+            raise ConfigError(f"arrival {self.arrival!r}: use 'gamma' (Poisson at burstiness "
+                              "1.0) or 'constant'")
+        if self.arrival == "constant" and self.mode != "open":
+            raise ConfigError("arrival 'constant' is an open-loop process: a closed loop "
+                              "sends when an answer comes; leave arrival at 'gamma'")
+        for name in ("prompt_tokens", "output_tokens"):
+            d = getattr(self, name)
+            if d is not None and not isinstance(d, Distribution):
+                raise ConfigError(f"{name} {d!r}: must be a Distribution or None")
+        if not _count(self.turns) or self.turns < 1:
+            raise ConfigError(f"turns {self.turns!r}: must be a whole number, at least 1")
+        if self.turns > 1 and self.chat_share == 0:
+            raise ConfigError(f"turns {self.turns}: conversations are chat requests, and "
+                              "chat_share is 0; raise chat_share or set turns = 1")
+        for name in ("prefix_groups", "prefix_tokens"):
+            if not _count(getattr(self, name)) or getattr(self, name) < 0:
+                raise ConfigError(f"{name} {getattr(self, name)!r}: must be a whole number, "
+                                  "0 or more")
+        if (self.prefix_groups > 0) != (self.prefix_tokens > 0):
+            raise ConfigError(f"prefix_groups {self.prefix_groups} with prefix_tokens "
+                              f"{self.prefix_tokens}: set both above 0 (shared prefixes) "
+                              "or both to 0 (none)")
+        if self.dataset is not None and not isinstance(self.dataset, Dataset):
+            raise ConfigError(f"dataset {self.dataset!r}: give a path or a Dataset")
+        if self.dataset is not None and self.prompt_tokens is not None:
+            raise ConfigError("prompt_tokens and dataset both choose the prompts: "
+                              "keep one of them")
+
+
+_DEFAULT_SPEC = WorkloadSpec()
 
 
 @dataclass(frozen=True)
@@ -100,6 +402,21 @@ class PlannedRequest:
     max_tokens: int
     temperature: float
     canary: bool
+    # Multi-turn chat: the earlier (role, content) messages, oldest first;
+    # ``prompt`` is this turn's user message.
+    history: tuple[tuple[str, str], ...] = ()
+    conversation: int | None = None  # seq of the conversation's first turn
+    prefix_group: int | None = None  # the shared-prefix group (None: none)
+
+    @property
+    def turn(self) -> int:
+        """1 for a single request or a conversation's first turn."""
+        return len(self.history) // 2 + 1
+
+    def messages(self) -> list[dict[str, str]]:
+        """The chat messages: the history, then this turn's prompt."""
+        return [*({"role": r, "content": c} for r, c in self.history),
+                {"role": "user", "content": self.prompt}]
 
     def body(self, model: str, return_token_ids: bool = False) -> dict[str, Any]:
         body: dict[str, Any] = {"model": model, "max_tokens": self.max_tokens,
@@ -107,7 +424,7 @@ class PlannedRequest:
         if return_token_ids:
             body["return_token_ids"] = True
         if self.endpoint == "chat":
-            body["messages"] = [{"role": "user", "content": self.prompt}]
+            body["messages"] = self.messages()
         else:
             body["prompt"] = self.prompt
         if self.stream:
@@ -119,30 +436,178 @@ class PlannedRequest:
 
 def plan_requests(spec: WorkloadSpec, limit_s: float | None = None) -> Iterator[PlannedRequest]:
     """The request plan: pure, seeded and endless; with ``limit_s`` an open
-    loop plan stops at that offset. The runner decides when to stop."""
+    loop plan stops at that offset. The runner decides when to stop.
+
+    With none of the newer knobs set, the draws (and so the requests) are
+    exactly those of the original plan: one gap, then for a non-canary the
+    prompt length, the endpoint, streaming, the words and max_tokens."""
     rng = random.Random(spec.seed)
+    prefixes = group_prefixes(spec)
     at = 0.0
     seq = 0
+    convo: _Conversation | None = None
     while True:
         if spec.mode == "open":
-            at += rng.gammavariate(spec.burstiness, 1.0 / (spec.rate * spec.burstiness))
+            if spec.arrival == "constant":
+                at = (seq + 1) / spec.rate
+            else:
+                at += rng.gammavariate(spec.burstiness, 1.0 / (spec.rate * spec.burstiness))
             if limit_s is not None and at >= limit_s:
                 return
         canary = spec.canary_every > 0 and seq % spec.canary_every == 0
         if canary:
             prompt = CANARY_PROMPTS[(seq // spec.canary_every) % len(CANARY_PROMPTS)]
             req = PlannedRequest(seq, at, "completions", True, prompt, 16, 0.0, True)
+        elif convo is not None:
+            req = convo.next_turn(spec, rng, seq, at)
+            if convo.done:
+                convo = None
         else:
-            words = rng.randint(*spec.prompt_words)
-            req = PlannedRequest(
-                seq, at,
-                "chat" if rng.random() < spec.chat_share else "completions",
-                rng.random() < spec.stream_share,
-                " ".join(rng.choice(WORDS) for _ in range(words)),
-                rng.randint(*spec.max_tokens),
-                spec.temperature, False)
+            entry: Conversation | None = None
+            if spec.dataset is not None:
+                entry = spec.dataset.conversations[rng.randrange(len(spec.dataset.conversations))]
+                words = 0
+            else:
+                words = (spec.prompt_tokens.sample(rng) if spec.prompt_tokens is not None
+                         else rng.randint(*spec.prompt_words))
+            endpoint: Endpoint = "chat" if rng.random() < spec.chat_share else "completions"
+            stream = rng.random() < spec.stream_share
+            prompt = (entry[0][0] if entry is not None
+                      else " ".join(rng.choice(WORDS) for _ in range(words)))
+            max_tokens = _output_tokens(spec, rng)
+            group = rng.randrange(spec.prefix_groups) if prefixes else None
+            if group is not None:
+                prompt = f"{prefixes[group]} {prompt}"
+            turns = spec.turns if entry is None else min(spec.turns, len(entry))
+            conversation = None
+            if endpoint == "chat" and turns > 1:
+                conversation = seq
+                convo = _Conversation(seq, group, turns, entry, prompt)
+            req = PlannedRequest(seq, at, endpoint, stream, prompt, max_tokens,
+                                 spec.temperature, False, (), conversation, group)
         yield req
         seq += 1
+
+
+def group_prefixes(spec: WorkloadSpec) -> tuple[str, ...]:
+    """Each shared-prefix group's prefix, seeded apart from the plan's own
+    draws (so adding groups does not reshuffle anything else)."""
+    if spec.prefix_groups <= 0:
+        return ()
+    rng = random.Random(f"ordeal-prefix-{spec.seed}")
+    return tuple(" ".join(rng.choice(WORDS) for _ in range(spec.prefix_tokens))
+                 for _ in range(spec.prefix_groups))
+
+
+def _output_tokens(spec: WorkloadSpec, rng: random.Random) -> int:
+    if spec.output_tokens is not None:
+        return spec.output_tokens.sample(rng)
+    return rng.randint(*spec.max_tokens)
+
+
+@dataclass
+class _Conversation:
+    """A multi-turn chat in progress in the plan."""
+
+    first_seq: int
+    group: int | None
+    turns: int
+    entry: Conversation | None  # a dataset's conversation, or drawn words
+    first_prompt: str
+    history: tuple[tuple[str, str], ...] = ()
+    sent: int = 1
+
+    def __post_init__(self) -> None:
+        self.history = self._with_answer((), self.first_prompt, 0)
+
+    def _with_answer(self, history: tuple[tuple[str, str], ...], prompt: str,
+                     turn: int) -> tuple[tuple[str, str], ...]:
+        answer = self.entry[turn][1] if self.entry is not None else None
+        return (*history, ("user", prompt),
+                ("assistant", answer if answer is not None else ASSISTANT_PLACEHOLDER))
+
+    @property
+    def done(self) -> bool:
+        return self.sent >= self.turns
+
+    def next_turn(self, spec: WorkloadSpec, rng: random.Random, seq: int,
+                  at: float) -> PlannedRequest:
+        if self.entry is not None:
+            prompt = self.entry[self.sent][0]
+        else:
+            words = (spec.prompt_tokens.sample(rng) if spec.prompt_tokens is not None
+                     else rng.randint(*spec.prompt_words))
+            prompt = " ".join(rng.choice(WORDS) for _ in range(words))
+        stream = rng.random() < spec.stream_share
+        req = PlannedRequest(seq, at, "chat", stream, prompt, _output_tokens(spec, rng),
+                             spec.temperature, False, self.history, self.first_seq,
+                             self.group)
+        self.history = self._with_answer(self.history, prompt, self.sent)
+        self.sent += 1
+        return req
+
+
+#: The fields WorkloadSpec had before workload files: spec_to_dict always
+#: writes them; the newer ones only when they differ from their default.
+_FIRST_FIELDS = ("model", "duration_s", "mode", "rate", "burstiness", "concurrency", "seed",
+                 "prompt_words", "max_tokens", "stream_share", "chat_share", "canary_every",
+                 "temperature", "timeout_s", "max_in_flight", "return_token_ids")
+
+
+def spec_to_dict(spec: WorkloadSpec) -> dict[str, Any]:
+    """The spec as a JSON-ready dict that ``WorkloadSpec(**d)`` reads back
+    (lists made tuples, as runs.explore.workload_spec does). For a spec of
+    the original fields only it equals ``dataclasses.asdict(spec)``, so
+    summaries and baselines from before stay comparable; a newer field is
+    written only when set (a distribution as its ``to_dict``, a dataset as
+    its path, sha256 and size, not its text)."""
+    out: dict[str, Any] = {name: getattr(spec, name) for name in _FIRST_FIELDS}
+    default = _DEFAULT_SPEC
+    for name in ("arrival", "turns", "prefix_groups", "prefix_tokens"):
+        if getattr(spec, name) != getattr(default, name):
+            out[name] = getattr(spec, name)
+    for name in ("prompt_tokens", "output_tokens"):
+        d = getattr(spec, name)
+        if d is not None:
+            out[name] = d.to_dict()
+    if spec.dataset is not None:
+        out["dataset"] = spec.dataset.describe()
+    return out
+
+
+def describe_spec(spec: WorkloadSpec) -> dict[str, Any]:
+    """The effective workload, JSON-ready, in the workload file's shape
+    (docs/examples/workloads/README.md) plus what the suite decides
+    (model, duration, seed): for summary.json's ``workload``."""
+    if spec.mode == "closed":
+        arrival: dict[str, Any] = {"process": "closed", "users": spec.concurrency}
+    elif spec.arrival == "constant":
+        arrival = {"process": "constant", "rate": spec.rate}
+    elif spec.burstiness == 1.0:
+        arrival = {"process": "poisson", "rate": spec.rate}
+    else:
+        arrival = {"process": "gamma", "rate": spec.rate, "burstiness": spec.burstiness}
+
+    def tokens(d: Distribution | None, lo_hi: tuple[int, int]) -> dict[str, Any]:
+        if d is not None:
+            return d.to_dict()
+        return {"dist": "uniform", "min": lo_hi[0], "max": lo_hi[1]}
+
+    prompt = ({"tokens": "from the dataset"} if spec.dataset is not None
+              else {"tokens": tokens(spec.prompt_tokens, spec.prompt_words)})
+    return {
+        "model": spec.model, "duration_s": spec.duration_s, "seed": spec.seed,
+        "arrival": arrival,
+        "prompt": prompt,
+        "output": {"tokens": tokens(spec.output_tokens, spec.max_tokens)},
+        "mix": {"chat_share": spec.chat_share, "stream_share": spec.stream_share,
+                "canary_every": spec.canary_every, "temperature": spec.temperature},
+        "conversation": {"turns": spec.turns},
+        "prefix": {"groups": spec.prefix_groups, "tokens": spec.prefix_tokens},
+        "dataset": spec.dataset.describe() if spec.dataset is not None else None,
+        "client": {"timeout_s": spec.timeout_s, "max_in_flight": spec.max_in_flight,
+                   "return_token_ids": spec.return_token_ids},
+    }
 
 
 def output_hash(text: str) -> str:
@@ -326,6 +791,18 @@ async def send_request(session: aiohttp.ClientSession, base_url: str, req: Plann
 Progress = Callable[[str], None]
 
 
+def _plan_extras(req: PlannedRequest) -> dict[str, Any]:
+    """What the invoke op records of the newer plan fields, only when set
+    (a plain request's invoke op is what it always was)."""
+    out: dict[str, Any] = {}
+    if req.conversation is not None:
+        out["conversation"] = req.conversation
+        out["turn"] = req.turn
+    if req.prefix_group is not None:
+        out["prefix_group"] = req.prefix_group
+    return out
+
+
 def url_endpoint(url: str) -> Address:
     """The host and port a base URL sends to (default ports by scheme)."""
     parts = urllib.parse.urlsplit(url)
@@ -418,7 +895,7 @@ class WorkloadRunner:
         self.history.append("invoke", process, f, {
             "seq": req.seq, "stream": req.stream, "max_tokens": req.max_tokens,
             "prompt": req.prompt, "temperature": req.temperature, "canary": req.canary,
-            "request_id": rid, **prepared.invoke})
+            "request_id": rid, **_plan_extras(req), **prepared.invoke})
         self.in_flight += 1
         try:
             outcome = await prepared.call()

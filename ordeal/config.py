@@ -43,6 +43,57 @@ def parse_duration(text: str | float | int, setting: str = "duration") -> float:
 
 
 BACKENDS = ("local", "docker", "ray")
+#: How a --cluster docker replica gets its engine (see ClusterSpec.docker_engine).
+DOCKER_ENGINES = ("mounted", "image")
+#: The router's settings Ordeal may add (engines/vllm/nodes.py ROUTER_PROFILES):
+#: "ordeal" (fast health checks and circuit breaker, so a short run sees a
+#: recovery) or "stock" (the router as it ships: none of them).
+ROUTER_PROFILES = ("ordeal", "stock")
+#: Replica flags Ordeal sets itself and needs as they are: given again in
+#: --engine-args, they would break the wiring (ports, the node header).
+RESERVED_ENGINE_FLAGS = ("--host", "--port", "--middleware", "--model",
+                         "--served-model-name", "--tokenizer", "--max-model-len")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Environment names whose values are never written anywhere (summary, logs).
+SECRET_ENV = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+
+
+def redact_env(env: dict[str, str] | tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """``env`` as a report may show it: secret-looking values replaced."""
+    items = env.items() if isinstance(env, dict) else env
+    return {k: ("<redacted>" if SECRET_ENV.search(k) else v) for k, v in items}
+
+
+def redact_argv(argv: list[str] | tuple[str, ...]) -> list[str]:
+    """A command line as a report may show it: the value of a secret-looking
+    flag (``--api-key X``, ``--hf-token=X``) replaced."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("<redacted>")
+            hide_next = False
+            continue
+        name, eq, _ = arg.partition("=")
+        secret = name.startswith("-") and SECRET_ENV.search(name) is not None
+        if secret and eq:
+            out.append(f"{name}=<redacted>")
+        else:
+            out.append(arg)
+            hide_next = secret and not eq
+    return out
+
+
+def parse_env_pairs(values: list[str] | tuple[str, ...], option: str) -> tuple[tuple[str, str], ...]:
+    """``["KEY=VALUE", ...]`` -> pairs; a malformed one names itself and the fix."""
+    out = []
+    for raw in values:
+        key, sep, value = raw.partition("=")
+        if not sep or not _ENV_KEY.match(key):
+            raise ConfigError(f"{option} {raw!r}: write KEY=VALUE with KEY a shell variable "
+                              "name, e.g. VLLM_CPU_KVCACHE_SPACE=2")
+        out.append((key, value))
+    return tuple(out)
 #: Inference engines a cluster can run (engines/base.py has their adapters).
 ENGINES = ("vllm", "triton")
 
@@ -69,12 +120,30 @@ class ClusterSpec:
     docker_memory: str | None = None
     docker_cpus: float | None = None
     docker_gpus: int = 0
+    # --cluster docker only: "mounted" (default): the base image runs this
+    # machine's Python and vLLM, bind-mounted read-only; "image": the image's
+    # own entrypoint and vLLM (the vLLM OpenAI-server image's convention),
+    # with only the model (read-only) and the log directory mounted.
+    docker_engine: str = "mounted"
     # --cluster ray only: join the Ray cluster at this GCS address (host:port,
     # loopback or a network named with --allow-target) instead of starting
     # one; else the number of simulated worker nodes started here (0: one
     # per replica, at least two).
     ray_address: str | None = None
     ray_nodes: int = 0
+    # The user's stack (issue 22). ``model``: a local Hugging Face directory
+    # or a name already in the local Hugging Face cache (resolved, never
+    # downloaded, by engines.vllm.model.resolve_model); None: the tiny
+    # model made here. The rest go on every replica's or the router's
+    # command line; everything is recorded in summary.json.
+    model: str | None = None
+    served_model_name: str = "ordeal-tiny"
+    tokenizer: str | None = None
+    max_model_len: int = 512
+    engine_args: tuple[str, ...] = ()
+    engine_env: tuple[tuple[str, str], ...] = ()
+    router_args: tuple[str, ...] = ()
+    router_profile: str = "ordeal"
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -114,6 +183,39 @@ class ClusterSpec:
                                              or not self.ray_address.rsplit(":", 1)[1].isdigit()):
             raise ConfigError(f"--ray-address {self.ray_address!r}: give the head's GCS address "
                               "as HOST:PORT, e.g. 127.0.0.1:6379")
+        if self.router_profile not in ROUTER_PROFILES:
+            raise ConfigError(f"--router-profile {self.router_profile!r}: use one of "
+                              f"{', '.join(ROUTER_PROFILES)} (README: Qualify your own stack)")
+        if not 16 <= self.max_model_len <= 10_000_000:
+            raise ConfigError(f"--max-model-len {self.max_model_len}: give the context length "
+                              "in tokens, at least 16")
+        if not self.served_model_name.strip() or any(c.isspace() for c in self.served_model_name):
+            raise ConfigError(f"--served-model-name {self.served_model_name!r}: give a name "
+                              "without spaces, as clients will send it")
+        for flag in self.engine_args:
+            name = flag.split("=", 1)[0]
+            if name in RESERVED_ENGINE_FLAGS:
+                own = {"--model": "--model", "--served-model-name": "--served-model-name",
+                       "--tokenizer": "--tokenizer", "--max-model-len": "--max-model-len"}
+                fix = (f"use Ordeal's own option {own[name]} instead" if name in own else
+                       "Ordeal sets it to wire the replica to the fault proxy and the router")
+                raise ConfigError(f"--engine-args: {name} cannot be given here: {fix}")
+        if self.engine != "vllm" and (self.model or self.engine_args or self.engine_env
+                                      or self.router_args or self.tokenizer
+                                      or self.router_profile != "ordeal"):
+            raise ConfigError(f"--model/--tokenizer/--engine-args/--engine-env/--router-args/"
+                              f"--router-profile apply to --engine vllm (this run: --engine "
+                              f"{self.engine}; Triton serves its model repository)")
+        if self.docker_engine not in DOCKER_ENGINES:
+            raise ConfigError(f"--docker-engine {self.docker_engine!r}: use one of "
+                              f"{', '.join(DOCKER_ENGINES)}")
+        if self.docker_engine == "image" and not self.docker_image:
+            raise ConfigError("--docker-engine image runs the image's own vLLM: name the image "
+                              "with --docker-image (the suite's base image has no vLLM; "
+                              "`python -m clusters.docker_engine_image` builds one that has)")
+        if self.backend != "docker" and self.docker_engine != "mounted":
+            raise ConfigError(f"--docker-engine applies to --cluster docker only (this run: "
+                              f"{self.backend})")
         if self.backend != "docker" and (self.docker_image or self.docker_memory
                                          or self.docker_cpus or self.docker_gpus):
             raise ConfigError("--docker-image/--docker-memory/--docker-cpus/--docker-gpus "

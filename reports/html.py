@@ -127,12 +127,39 @@ def section_head(summary: dict[str, Any], data: ReportData | None, problems: lis
         out.append("<table><tr><th>node</th><th>role</th><th>fingerprint</th></tr>" + "".join(
             f"<tr><td>{_e(n.get('name'))}</td><td>{_e(n.get('role'))}</td>"
             f"<td>{_e(n.get('fingerprint'))}</td></tr>" for n in nodes) + "</table>")
+    out.append(_stack(cluster, nodes))
     errs = [str(e) for e in summary.get("errors") or []]
     if errs or problems:
         out.append('<div class="problems" id="problems"><b>Problems</b><ul>' + "".join(
             f"<li>run error: {_e(e, 1000)}</li>" for e in errs[:30]) + "".join(
             f"<li>report: {_e(p, 1000)}</li>" for p in problems[:60]) + "</ul></div>")
     return "".join(out)
+
+
+def _stack(cluster: dict[str, Any], nodes: list[dict[str, Any]]) -> str:
+    """The stack under test, as Ordeal ran it: the model, the settings and
+    who chose them, and every node's exact command."""
+    model = cluster.get("model") if isinstance(cluster.get("model"), dict) else {}
+    stack = cluster.get("stack") if isinstance(cluster.get("stack"), dict) else {}
+    if not model and not stack:
+        return ""
+    parts = []
+    if model:
+        size = model.get("size_bytes")
+        parts.append(f"model <b>{_e(model.get('name'))}</b> ({_e(model.get('source', '?'))}, "
+                     f"{_e(', '.join(model.get('architectures') or []) or '?')}"
+                     + (f", {size / 1e6:.1f} MB" if isinstance(size, (int, float)) else "")
+                     + f", config {_e(str(model.get('config_sha256') or '?')[:12])})")
+    for key in ("served_model_name", "router_profile", "engine_args", "engine_env",
+                "router_args", "ordeal_engine_flags", "router_profile_flags"):
+        if key in stack:
+            parts.append(f"{_e(key)} <span class=\"mono\">{_e(stack[key], 400)}</span>")
+    commands = "".join(f"<li><b>{_e(n.get('name'))}</b> <span class=\"mono\">"
+                       f"{_e(' '.join(n.get('command') or []), 2000)}</span></li>"
+                       for n in nodes if n.get("command"))
+    return ('<p class="small" id="stack">stack: ' + " · ".join(parts) + "</p>"
+            + (f"<details><summary>every node's command</summary><ul>{commands}</ul></details>"
+               if commands else ""))
 
 
 def section_invariants(summary: dict[str, Any], data: ReportData | None) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import random
 import threading
@@ -159,6 +160,45 @@ class EndurancePlan:
             out.append(replace(s, at_s=round(s.at_s / self.time_scale, 3),
                                target=names[s.key]))
         return out
+
+    def _nominal(self, duration_s: float) -> list[Step]:
+        return plan_schedule(self.choices(), duration_s, self.seed, self.quiet_s, self.hold_s,
+                             self.tail_s, cycle=True)
+
+    def shortest_duration_s(self) -> int:
+        """The shortest ``--duration`` (whole nominal seconds) whose schedule
+        injects every kind of the plan, at this seed and spacing. Derived
+        from the planner: its draws do not depend on the duration, and it
+        cycles the kinds in turn, so every kind is in once the n-th fault
+        heals ``tail_s`` before the end. The time scale divides the times
+        only: the wall time is this over ``time_scale``."""
+        n = len(self.choices())
+        # Each fault takes at most max quiet + max hold: this bound holds n.
+        bound = n * (self.quiet_s[1] + self.hold_s[1]) + self.tail_s + 1
+        heals = sorted(s.at_s for s in self._nominal(bound) if s.action == "heal")
+        shortest = math.ceil(heals[n - 1] + self.tail_s)
+        while len({s.kind for s in self._nominal(shortest)}) < n:  # float edge: a second more
+            shortest += 1
+        return shortest
+
+    def require_every_kind(self) -> None:
+        """ConfigError, at startup, when the schedule cannot inject every kind
+        asked for (it would run, and fail at the end with kinds missing): how
+        many fit, which are left out, and the shortest ``--duration`` that
+        fits them all."""
+        kinds = [c.kind for c in self.choices()]
+        planned = {s.kind for s in self._nominal(self.duration_s)}
+        if planned >= set(kinds):
+            return
+        shortest = self.shortest_duration_s()
+        scale = f"{self.time_scale:g}"
+        raise ConfigError(
+            f"--duration {self.duration_s:g}s: the endurance schedule fits {len(planned)} of the "
+            f"{len(kinds)} fault kinds asked for (--seed {self.seed}); left out: "
+            f"{', '.join(k for k in kinds if k not in planned)}. The shortest --duration that "
+            f"fits all {len(kinds)} is {shortest}s ({shortest / 60:.1f}m nominal; "
+            f"{shortest / self.time_scale:.0f} s of wall time at --time-scale {scale}): run "
+            f"with --duration {shortest}s (or longer), or name fewer kinds with --faults.")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

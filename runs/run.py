@@ -28,7 +28,8 @@ from invariants.base import check_all
 from load.health_probe import HealthProbe
 from load.monitor import Monitor
 from load.router_watch import DEFAULT_GRACE_S, RouterGone, RouterWatch
-from load.workload import WorkloadRunner, WorkloadSpec
+from load.workload import WorkloadRunner, WorkloadSpec, describe_spec, spec_to_dict
+from load.workload_file import WorkloadFile
 from ordeal.history.ops import MONITOR, NEMESIS, Op, utc_iso
 from ordeal.history.reader import read_history
 from ordeal.history.writer import History
@@ -58,6 +59,9 @@ class OrdealRun:
         self.windows: list[FaultWindow] = []
         self.results: list[Result] = []
         self.workload: WorkloadSpec | None = None
+        # --workload FILE.toml, applied to every load of this run (None: the
+        # suite's own spec as it is).
+        self.workload_file: WorkloadFile | None = None
         self.errors: list[str] = []
         self.summary: dict[str, Any] | None = None
         self.checker_settings = CheckerSettings()  # set by the plugin: SLO targets etc.
@@ -74,7 +78,18 @@ class OrdealRun:
         # The engine's adapter (engines/base.py): its client, its checkers,
         # its own consistency check. A cluster names its engine.
         self.engine = (getattr(cluster, "engine_adapter", None)
-                       or engine_for(getattr(cluster, "engine", None) or "vllm"))
+                       or engine_for(getattr(cluster, "engine", None) or "vllm",
+                                     getattr(cluster, "spec", None)))
+
+    def expected_requests(self, share: float = 1.0) -> float:
+        """``share`` of the requests the last load's workload plans over its
+        duration: rate x duration in the open loop, one per user closed."""
+        spec = self.workload
+        if spec is None:
+            return 0.0
+        if spec.mode == "closed":
+            return float(spec.concurrency)
+        return share * spec.rate * spec.duration_s
 
     @property
     def run_id(self) -> str:
@@ -99,6 +114,12 @@ class OrdealRun:
         targets it, the load stops the same way, the stop is recorded (a
         ``monitor``/``router_gone`` op, ``stop_reason``) and ``RouterGone``
         is raised once everything is healed. ``None`` turns the watch off."""
+        if spec.model == WorkloadSpec.model:  # the default: ask for what the engine serves
+            spec = dataclasses.replace(spec, model=self.engine.served_model_name)
+        if self.workload_file is not None:
+            # The user's traffic (--workload) on the suite's duration and seed.
+            spec = self.workload_file.spec(**{f.name: getattr(spec, f.name)
+                                              for f in dataclasses.fields(spec)})
         self.workload = spec
         self.router_grace_s = router_grace_s
         if not self.schedule:  # a resumed run keeps the whole run's schedule
@@ -291,10 +312,17 @@ class OrdealRun:
             counts=self.history.counts, nemesis_counts=self.history.nemesis_counts,
             faults=[w.to_dict() for w in self.windows],
             invariants=[r.to_dict() for r in self.results],
-            workload=dataclasses.asdict(self.workload) if self.workload else {},
+            workload=spec_to_dict(self.workload) if self.workload else {},
             errors=self.errors, schedule=self.schedule,
             duration_s=time.monotonic() - self._t0)
         self.summary["stopped"] = self.stop_reason
+        if self.workload is not None:
+            self.summary["workload_effective"] = describe_spec(self.workload)
+        if self.workload_file is not None:
+            self.summary["workload_file"] = {
+                "file": self.workload_file.path, "sha256": self.workload_file.sha256,
+                "description": self.workload_file.description,
+                "set_by_file": sorted(self.workload_file.overrides)}
         self.summary["settings"] = dataclasses.asdict(self.judged_settings
                                                       or self.checker_settings)
         self.summary.update(self.summary_extra)

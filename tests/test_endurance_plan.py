@@ -203,3 +203,58 @@ def test_a_gap_ends_open_windows_and_its_cut_requests_are_not_judged(tmp_path):
     assert [(r.invoke.process, r.phase) for r in got] == [(1, "fault"), (2, "steady")]
     [w] = timeline.windows
     assert w.end_ns is not None and w.ended_by_gap
+
+
+def test_a_plan_that_cannot_fit_every_kind_is_refused_with_the_shortest_duration():
+    """Issue 22: ``--duration 10m --time-scale 20`` planned 6 of 12 kinds,
+    ran, and failed at the end. Refused at startup instead, with the
+    shortest --duration (computed from the planner) that fits them all."""
+    import re
+
+    from ordeal.config import parse_duration
+
+    short = EndurancePlan(duration_s=parse_duration("10m"), time_scale=20)
+    with pytest.raises(ConfigError) as e:
+        short.require_every_kind()
+    msg = str(e.value)
+    assert "fits 6 of the 12 fault kinds" in msg and "left out: connection_reset" in msg, msg
+    shortest = int(re.search(r"shortest --duration that fits all 12 is (\d+)s", msg).group(1))
+    assert "at --time-scale 20" in msg and f"--duration {shortest}s" in msg, msg
+    fits = EndurancePlan(duration_s=parse_duration(f"{shortest}s"), time_scale=20)
+    fits.require_every_kind()  # that duration is accepted ...
+    assert {s.kind for s in fits.schedule()} == set(ALL)
+    with pytest.raises(ConfigError, match="fits 11 of the 12"):  # ... and one second less not
+        EndurancePlan(duration_s=shortest - 1, time_scale=20).require_every_kind()
+    for seed in range(20):  # the shortest is exact at other seeds and kind sets too
+        for kinds in (ALL, ("process_pause", "process_kill")):
+            d = EndurancePlan(duration_s=60, seed=seed, kinds=kinds).shortest_duration_s()
+            EndurancePlan(duration_s=d, seed=seed, kinds=kinds).require_every_kind()
+            with pytest.raises(ConfigError):
+                EndurancePlan(duration_s=d - 1, seed=seed, kinds=kinds).require_every_kind()
+    EndurancePlan(duration_s=parse_duration("30m"), seed=5).require_every_kind()  # the default
+
+
+def test_the_plugin_checks_the_fit_only_when_an_endurance_test_is_selected():
+    """endurance_options runs in ordeal_config, which every cluster test
+    (and ordeal_cluster) needs first: the refusal comes before any cluster
+    starts, and a smoke run (no endurance test) is never refused for it."""
+    from types import SimpleNamespace
+
+    from fixtures.plugin import ENDURANCE_SELECTED, endurance_options
+
+    opts = {"--stop-error-rate": 0.9, "--stop-window": "60s", "--stop-grace": "300s",
+            "--duration": "10m", "--time-scale": 20.0, "--faults": "all",
+            "--interim-every": "5m", "--progress-every": "30s", "--resume": None,
+            "--baseline": None, "--baseline-thresholds": None}
+    spec = SimpleNamespace(backend="local", replicas=2)
+
+    def config(selected: bool | None, **more):
+        stash = {} if selected is None else {ENDURANCE_SELECTED: selected}
+        return SimpleNamespace(getoption={**opts, **more}.get, stash=stash)
+
+    endurance_options(config(False), spec, 0, 8.0)  # smoke: the plan is never used
+    endurance_options(config(None), spec, 0, 8.0)
+    with pytest.raises(ConfigError, match=r"fits 6 of the 12.*shortest --duration"):
+        endurance_options(config(True), spec, 0, 8.0)
+    shortest = EndurancePlan(duration_s=600, time_scale=20).shortest_duration_s()
+    endurance_options(config(True, **{"--duration": f"{shortest}s"}), spec, 0, 8.0)

@@ -108,7 +108,12 @@ class TritonEngine:
             return {"status": resp.status, "node": (outs.get("node") or [None])[0],
                     "tokens": len(outs.get("token_ids", []))}
 
-    def __init__(self) -> None:
+    def settings(self, spec: Any) -> dict[str, Any]:
+        """summary.json's ``cluster.stack``: Triton serves Ordeal's generated
+        models behind HAProxy; nothing of it is the user's yet."""
+        return {"model_repository": "generated (engines/triton/models.py)"}
+
+    def __init__(self, spec: Any = None) -> None:  # Triton serves its own repository
         # Which sequence model the client drives: tests point it at the
         # unchecked variant (a server with a real bug) to see the invariant fail.
         self.sequence_model = SEQUENCE_MODEL

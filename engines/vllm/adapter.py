@@ -10,14 +10,23 @@ import urllib.request
 from typing import Any
 
 from engines.base import ClientCounts, Upstream
-from engines.vllm.model import ensure_tiny_model
-from engines.vllm.nodes import SERVED_MODEL_NAME, VllmReplica, VllmRouter
+from engines.vllm.model import ensure_tiny_model, resolve_model
+from engines.vllm.nodes import (
+    ORDEAL_ENGINE_DEFAULTS,
+    ROUTER_PROFILES,
+    SERVED_MODEL_NAME,
+    ReplicaConfig,
+    VllmReplica,
+    VllmRouter,
+    replica_env,
+)
 from invariants import DEFAULT_CHECKERS
 from invariants.base import Result
 from load.metrics import fetch_metrics
 from load.workload import OpenAIClient, WorkloadSpec
 from nodes.local import LocalNode
 from nodes.ports import free_ports
+from ordeal.config import redact_argv, redact_env
 from ordeal.history.ops import Op
 from ordeal.topology import Endpoint
 
@@ -38,13 +47,49 @@ def node_starts(node: Any) -> int | None:
     return getattr(proc, "starts", None)
 
 
+def prepare_model(spec: Any, progress: Any) -> Any:
+    """The model every replica serves: the user's (``--model``, resolved,
+    never downloaded) or the tiny one made here. Every backend calls this."""
+    if spec.model:
+        model = resolve_model(spec.model)
+        progress(f"model {spec.model} ({model.source}: {model.path})")
+        return model
+    progress(f"preparing the tiny model (seed {spec.model_seed}) ...")
+    return ensure_tiny_model(spec.model_seed)
+
+
 class VllmEngine:
     name = "vllm"
-    served_model_name = SERVED_MODEL_NAME  # what /v1/models lists
     fingerprint_prefixes = ("vllm-", "vllm-router-")
 
+    def __init__(self, spec: Any = None):
+        # What /v1/models lists, and what every request names.
+        self.served_model_name = (spec.served_model_name if spec is not None
+                                  else SERVED_MODEL_NAME)
+
+    def settings(self, spec: Any) -> dict[str, Any]:
+        """Every setting of the stack, who chose it, for summary.json
+        (``cluster.stack``): the user's, and the ones Ordeal added."""
+        config = ReplicaConfig.of(spec)
+        return {
+            "served_model_name": config.served_model_name,
+            "max_model_len": config.max_model_len,
+            "tokenizer": config.tokenizer,
+            "engine_args": redact_argv(config.engine_args),
+            "engine_env": redact_env(config.engine_env),
+            "ordeal_engine_flags": list(ORDEAL_ENGINE_DEFAULTS),
+            # Set by Ordeal on every replica (besides one compute core each,
+            # VLLM_CPU_OMP_THREADS_BIND, and libfaketime's variables when
+            # clock faults are on); --engine-env wins over them.
+            "ordeal_engine_env": {k: v for k, v in replica_env({}).items()
+                                  if k != "PYTHONPATH" and k not in dict(config.engine_env)},
+            "router_profile": spec.router_profile,
+            "router_profile_flags": list(ROUTER_PROFILES[spec.router_profile]),
+            "router_args": redact_argv(spec.router_args),
+        }
+
     def answer_directly(self, node: Any, timeout: float = 30.0) -> dict[str, Any]:
-        body = json.dumps({"model": SERVED_MODEL_NAME, "prompt": "answer directly",
+        body = json.dumps({"model": self.served_model_name, "prompt": "answer directly",
                            "max_tokens": 4, "temperature": 0}).encode()
         req = urllib.request.Request(node.endpoint.url + "/v1/completions", data=body,
                                      headers={"content-type": "application/json"})
@@ -68,8 +113,7 @@ class VllmEngine:
 
     def prepare(self, cluster: Any) -> None:
         if cluster.model is None:
-            cluster.progress(f"preparing the tiny model (seed {cluster.spec.model_seed}) ...")
-            cluster.model = ensure_tiny_model(cluster.spec.model_seed)
+            cluster.model = prepare_model(cluster.spec, cluster.progress)
 
     def ports_per_replica(self) -> int:
         return 1
@@ -81,7 +125,8 @@ class VllmEngine:
                            cluster.log_dir / f"{name}.log", cluster.cluster_id,
                            cpu_core=cores[index % len(cores)],  # spread replicas over the cores
                            clock_file=(cluster.log_dir / f"{name}.faketime"
-                                       if cluster.spec.clock_faults else None))
+                                       if cluster.spec.clock_faults else None),
+                           config=ReplicaConfig.of(cluster.spec))
 
     def upstreams(self, node: LocalNode) -> list[Upstream]:
         return [Upstream("", node.endpoint)]
@@ -91,7 +136,8 @@ class VllmEngine:
         metrics_port = next(p for p in free_ports(2, cluster.spec.host) if p != endpoint.port)
         return VllmRouter("router", endpoint, [ep.url for _, _, ep in upstreams],
                           cluster.log_dir / "router.log", cluster.cluster_id,
-                          metrics_port=metrics_port)
+                          metrics_port=metrics_port, profile=cluster.spec.router_profile,
+                          extra_args=cluster.spec.router_args)
 
     def client(self, spec: WorkloadSpec, entrypoint: str, cluster: Any) -> OpenAIClient:
         return OpenAIClient(spec, entrypoint)

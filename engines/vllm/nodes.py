@@ -14,9 +14,10 @@ import os
 import shutil
 import sys
 import urllib.request
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from engines.vllm.startup import startup_phases
 from faults.clock_drift import faketime_env, prepare_clock_file
@@ -26,29 +27,76 @@ from ordeal.topology import Endpoint
 
 SERVED_MODEL_NAME = "ordeal-tiny"
 
+#: The flags Ordeal adds to every replica by default, after its wiring
+#: (host, port, model, the node header). Each is a setting Ordeal chose; the
+#: user's --engine-args come after them, and vLLM takes the last value of a
+#: flag given twice, so every one of these can be overridden.
+ORDEAL_ENGINE_DEFAULTS = (
+    "--dtype", "float32",
+    "--disable-uvicorn-access-log",
+    # No torch.compile: it adds ~25 s to every (re)start, needs a C++
+    # compiler, and gains nothing on a model this small.
+    "--enforce-eager", "-O0",
+)
 
-def replica_argv(python: str, model_dir: Path, host: str, port: int,
-                 extra_args: Sequence[str] = ()) -> list[str]:
-    """The command of one vLLM replica: the same on this machine and in a
-    container (where ``python`` is the bind-mounted interpreter)."""
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    """What the user's stack sets on every replica (ClusterSpec's --model,
+    --served-model-name, --tokenizer, --max-model-len, --engine-args,
+    --engine-env), with the tiny model's settings as defaults."""
+
+    served_model_name: str = SERVED_MODEL_NAME
+    max_model_len: int = 512
+    tokenizer: str | None = None
+    engine_args: tuple[str, ...] = ()
+    engine_env: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, spec: Any) -> "ReplicaConfig":
+        return cls(spec.served_model_name, spec.max_model_len, spec.tokenizer,
+                   tuple(spec.engine_args), tuple(spec.engine_env))
+
+
+#: The module vLLM's OpenAI server runs as (its ``vllm`` console script
+#: fails on the CPU wheel's package metadata).
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+#: Loaded inside each replica (engines/vllm/node_header.py).
+NODE_HEADER_MIDDLEWARE = "engines.vllm.node_header.NodeHeaderMiddleware"
+
+
+def server_args(model_dir: Path | str, host: str, port: int,
+                config: ReplicaConfig = ReplicaConfig(),
+                extra_args: Sequence[str] = ()) -> list[str]:
+    """The server's arguments: after the interpreter and module here, after
+    the image name where an image runs its own server (--docker-engine image)."""
     return [
-        python, "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model_dir),
-        "--served-model-name", SERVED_MODEL_NAME,
+        "--served-model-name", config.served_model_name,
+        *(["--tokenizer", config.tokenizer] if config.tokenizer else []),
         "--host", host, "--port", str(port),
-        "--max-model-len", "512", "--dtype", "float32",
-        "--middleware", "engines.vllm.node_header.NodeHeaderMiddleware",
-        "--disable-uvicorn-access-log",
-        # No torch.compile: it adds ~25 s to every (re)start, needs a C++
-        # compiler, and gains nothing on a model this small.
-        "--enforce-eager", "-O0",
+        "--max-model-len", str(config.max_model_len),
+        "--middleware", NODE_HEADER_MIDDLEWARE,
+        *ORDEAL_ENGINE_DEFAULTS,
         *extra_args,
+        *config.engine_args,
     ]
 
 
+def replica_argv(python: str, model_dir: Path, host: str, port: int,
+                 config: ReplicaConfig = ReplicaConfig(),
+                 extra_args: Sequence[str] = ()) -> list[str]:
+    """The command of one vLLM replica: the same on this machine and in a
+    container (where ``python`` is the bind-mounted interpreter)."""
+    return [python, "-m", SERVER_MODULE,
+            *server_args(model_dir, host, port, config, extra_args)]
+
+
 def replica_env(base: dict[str, str], cpu_core: int | None = None,
-                clock_file: Path | None = None) -> dict[str, str]:
-    """The environment a replica needs on top of ``base``."""
+                clock_file: Path | None = None,
+                config: ReplicaConfig = ReplicaConfig()) -> dict[str, str]:
+    """The environment a replica needs on top of ``base``; the user's
+    --engine-env last, so it wins."""
     env = dict(base)
     env.update({
         "HF_HUB_OFFLINE": "1",
@@ -67,7 +115,14 @@ def replica_env(base: dict[str, str], cpu_core: int | None = None,
         # Under libfaketime, so clock_drift can move this node's wall clock.
         prepare_clock_file(clock_file)
         env.update(faketime_env(clock_file))
+    env.update(dict(config.engine_env))
     return env
+
+
+#: Environment names Ordeal sets on a replica (their values are in summary.json).
+ORDEAL_ENGINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_CPU_KVCACHE_SPACE",
+                     "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "VLLM_CPU_OMP_THREADS_BIND",
+                     "FAKETIME", "FAKETIME_TIMESTAMP_FILE", "LD_PRELOAD")
 
 
 REPLICA_HINT = ("a CPU replica needs about 3 GB of memory and 45-90 s to start; check memory "
@@ -78,16 +133,19 @@ REPLICA_HINT = ("a CPU replica needs about 3 GB of memory and 45-90 s to start; 
 class VllmReplica(LocalNode):
     def __init__(self, name: str, endpoint: Endpoint, model_dir: Path, log_path: Path,
                  cluster_id: str, extra_args: Sequence[str] = (), cpu_core: int | None = None,
-                 clock_file: Path | None = None):
-        argv = replica_argv(sys.executable, model_dir, endpoint.host, endpoint.port, extra_args)
-        env = replica_env(dict(os.environ), cpu_core, clock_file)
+                 clock_file: Path | None = None, config: ReplicaConfig = ReplicaConfig()):
+        argv = replica_argv(sys.executable, model_dir, endpoint.host, endpoint.port, config,
+                            extra_args)
+        env = replica_env(dict(os.environ), cpu_core, clock_file, config)
+        self.config = config
         super().__init__(name, "replica", endpoint,
                          ManagedProcess(name, argv, env, log_path, cluster_id), REPLICA_HINT)
         self._clock_file = clock_file
 
     def wait_ready(self, timeout: float) -> None:
         super().wait_ready(timeout)
-        self._fingerprint = probe_vllm_fingerprint(self.endpoint.url)
+        self._fingerprint = probe_vllm_fingerprint(self.endpoint.url,
+                                                   model=self.config.served_model_name)
 
     def startup_phases(self, ready_wall: float | None = None) -> dict[str, object]:
         """Where the last (re)start spent its time, from this replica's log
@@ -95,10 +153,11 @@ class VllmReplica(LocalNode):
         return startup_phases(self.process.log_tail(600), ready_wall)
 
 
-def probe_vllm_fingerprint(base_url: str, timeout: float = 30.0) -> str:
+def probe_vllm_fingerprint(base_url: str, timeout: float = 30.0,
+                           model: str = SERVED_MODEL_NAME) -> str:
     """vLLM's own ``system_fingerprint`` (version plus a hash of its config),
     read from a one-token completion: the engine's identity in every record."""
-    body = json.dumps({"model": SERVED_MODEL_NAME, "prompt": "fingerprint", "max_tokens": 1,
+    body = json.dumps({"model": model, "prompt": "fingerprint", "max_tokens": 1,
                        "temperature": 0}).encode()
     req = urllib.request.Request(f"{base_url}/v1/completions", data=body,
                                  headers={"content-type": "application/json"})
@@ -119,25 +178,35 @@ def router_executable() -> str:
     return found
 
 
+#: Router settings Ordeal may add, by --router-profile. "ordeal": health
+#: checks every second and a 5 s circuit breaker (its default open time,
+#: about a minute, would keep a restarted replica out of rotation long after
+#: it serves again, past the end of a short run); round robin, so that both
+#: replicas get load. "stock": none of them, the router as it ships.
+ROUTER_PROFILES: dict[str, tuple[str, ...]] = {
+    "ordeal": ("--policy", "round_robin",
+               "--health-check-interval-secs", "1",
+               "--health-check-timeout-secs", "2",
+               "--cb-timeout-duration-secs", "5"),
+    "stock": (),
+}
+
+
 def router_argv(executable: str, host: str, port: int, worker_urls: Sequence[str],
-                policy: str = "round_robin", health_interval_s: int = 1,
-                metrics_host: str | None = None, metrics_port: int | None = None) -> list[str]:
-    """The router's command, on this machine or in a container."""
+                metrics_host: str | None = None, metrics_port: int | None = None,
+                profile: str = "ordeal", extra_args: Sequence[str] = ()) -> list[str]:
+    """The router's command, on this machine or in a container: the wiring,
+    the profile's settings, then the user's --router-args (last: the router
+    takes the last value of a flag given twice)."""
     return [
         executable,
         "--host", host, "--port", str(port),
         "--worker-urls", *worker_urls,
-        "--policy", policy,
-        "--health-check-interval-secs", str(health_interval_s),
-        "--health-check-timeout-secs", "2",
-        # The circuit breaker's default open time (about a minute) would
-        # keep a restarted replica out of rotation long after it serves
-        # again; 5 s lets a short run see the recovery. Users qualifying
-        # their own router config pass their own.
-        "--cb-timeout-duration-secs", "5",
+        *ROUTER_PROFILES[profile],
         "--log-level", "warning",
         *(["--prometheus-host", metrics_host or host, "--prometheus-port", str(metrics_port)]
           if metrics_port else []),
+        *extra_args,
     ]
 
 
@@ -150,15 +219,15 @@ def router_fingerprint() -> str:
 
 class VllmRouter(LocalNode):
     def __init__(self, name: str, endpoint: Endpoint, worker_urls: Sequence[str],
-                 log_path: Path, cluster_id: str, policy: str = "round_robin",
-                 health_interval_s: int = 1, metrics_port: int | None = None):
+                 log_path: Path, cluster_id: str, metrics_port: int | None = None,
+                 profile: str = "ordeal", extra_args: Sequence[str] = ()):
         # The router's Prometheus exporter binds 29000 unless told otherwise,
         # so a second cluster on the machine (an xdist worker, a resumed run
         # while the dead one's router lives) panicked with "address already
         # in use". Each router gets its own port, chosen with the others.
         self.metrics_port = metrics_port
         argv = router_argv(router_executable(), endpoint.host, endpoint.port, worker_urls,
-                           policy, health_interval_s, metrics_port=metrics_port)
+                           metrics_port=metrics_port, profile=profile, extra_args=extra_args)
         super().__init__(name, "router", endpoint,
                          ManagedProcess(name, argv, dict(os.environ), log_path, cluster_id),
                          ROUTER_HINT)
