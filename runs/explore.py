@@ -243,7 +243,7 @@ class ExampleHarness:
     # -- lifecycle ----------------------------------------------------------
     def start(self) -> None:
         self.thread.start()
-        spec = workload_spec(EXPLORE_WORKLOAD)
+        spec = workload_spec({**EXPLORE_WORKLOAD, "model": served_name(self.cluster)})
         self._run_load(WorkloadRunner(spec, self.cluster.entrypoint.url, self.history))
         monitor = Monitor(self.cluster.replicas(), self.history, interval_s=MONITOR_S,
                           common_metrics=engine_for("vllm").collect_metrics)
@@ -300,7 +300,8 @@ class ExampleHarness:
         """``n`` extra requests within about a second, beside the steady load."""
         self.bursts += 1
         self.program.append({"at_s": self.now(), "rule": "burst", "n": n})
-        spec = workload_spec({**EXPLORE_WORKLOAD, "mode": "open", "rate": float(n),
+        spec = workload_spec({**EXPLORE_WORKLOAD, "model": served_name(self.cluster),
+                              "mode": "open", "rate": float(n),
                               "seed": self.bursts}, duration_s=1.0)
         self._run_load(TaggedRunner(f"b{self.bursts}", spec, self.cluster.entrypoint.url,
                                     self.history))
@@ -401,10 +402,16 @@ def heal_leftovers(ledger: Ledger, run_id: str) -> list[str]:
 
 # ---------------------------------------------------------- a clean cluster
 
-def _answers(url: str, completion: bool, timeout: float) -> bool:
+def served_name(cluster: Any) -> str:
+    """The model name the cluster's replicas serve (--served-model-name)."""
+    return getattr(getattr(cluster, "spec", None), "served_model_name", SERVED_MODEL_NAME)
+
+
+def _answers(url: str, completion: bool, timeout: float,
+             model: str = SERVED_MODEL_NAME) -> bool:
     try:
         if completion:
-            body = json.dumps({"model": SERVED_MODEL_NAME, "prompt": "clean?", "max_tokens": 1,
+            body = json.dumps({"model": model, "prompt": "clean?", "max_tokens": 1,
                                "temperature": 0}).encode()
             req = urllib.request.Request(f"{url}/v1/completions", data=body,
                                          headers={"content-type": "application/json"})
@@ -424,7 +431,8 @@ def make_clean(cluster: Any, say: Say, ready_timeout_s: float = 300.0) -> list[s
     restarted = []
     for node in cluster.nodes:
         replica = getattr(node, "role", None) == "replica"
-        if node.is_running() and _answers(node.endpoint.url, replica, 10.0):
+        if node.is_running() and _answers(node.endpoint.url, replica, 10.0,
+                                          served_name(cluster)):
             continue
         say(f"explore: {node.name} does not serve after the heal; restarting it")
         if node.is_running():
