@@ -8,17 +8,19 @@ from .node_health import CountersMonotonic, HealthTruthful, LeakBound
 from .planted import PLANTED, ExcludingPlanted, PlantedDetected, with_planted
 from .settings import CheckerSettings, SLOTargets
 from .slo import Availability, ErrorRate, Goodput, LatencySLO, Recovery, RestartReadiness
+from .stream_continuity import StreamContinuity
 from .stream_wellformed import StreamWellFormed
 from .usage import UsageMatchesTokens
 
 DEFAULT_CHECKERS = (NoSilentLoss, StreamWellFormed, UsageMatchesTokens, NoDuplicateExecution,
-                    CanaryDeterminism,
+                    CanaryDeterminism, StreamContinuity,
                     LatencySLO, Goodput, ErrorRate, Availability, Recovery, RestartReadiness,
                     HealthTruthful, CountersMonotonic, LeakBound)
 
 __all__ = ["Checker", "Result", "RunContext", "merge_valid", "run_checker", "CheckerSettings",
            "SLOTargets",
            "NoSilentLoss", "StreamWellFormed", "UsageMatchesTokens", "NoDuplicateExecution", "CanaryDeterminism",
+           "StreamContinuity",
            "LatencySLO", "Goodput", "ErrorRate", "Availability", "Recovery",
            "RestartReadiness", "HealthTruthful", "CountersMonotonic", "LeakBound",
            "DEFAULT_CHECKERS", "PLANTED", "ExcludingPlanted", "PlantedDetected", "with_planted"]

@@ -27,8 +27,9 @@ neither counts invokes, stream_wellformed ignores them) and an excluded
 completion is replaced by a content-free ``info`` completion of the same
 process (no stream, no usage, no text). All three inner checkers drop their
 per-request state on any completion and judge nothing in a non-``ok`` op
-without stream data, so the request vanishes from their verdict and their
-memory. Memory: one small record per request in flight, plus one per
+without stream data (stream_continuity knows the stand-in, ``is_withdrawn``,
+and neither judges nor counts it), so the request vanishes from their
+verdict and their memory. Memory: one small record per request in flight, plus one per
 planted window.
 """
 
@@ -50,8 +51,10 @@ from .usage import usage_problems
 # of the stack (it is the harness's own doing); instead, planted_detected
 # demands that they would have caught it.
 PLANTED: dict[str, tuple[str, ...]] = {
-    "lsn_jump": ("stream_wellformed", "usage_matches_tokens", "canary_determinism"),
+    "lsn_jump": ("stream_wellformed", "usage_matches_tokens", "canary_determinism",
+                 "stream_continuity"),
 }
+WITHDRAWN = "excluded: met planted fault"  # the error of a withdrawn completion
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,13 @@ def withdrawn(op: Op, met: Met) -> Op:
     excluded one: it closes the request (the inner drops what it kept from
     the invoke) and carries nothing to judge."""
     return Op(op.index, op.time_ns, op.wall, "info", op.process, op.f, {},
-              f"excluded: met planted fault {', '.join(w.label for w in met.windows)}")
+              f"{WITHDRAWN} {', '.join(w.label for w in met.windows)}")
+
+
+def is_withdrawn(op: Op) -> bool:
+    """``op`` is the stand-in ``withdrawn`` made for an excluded completion:
+    nothing happened to count (stream_continuity must not count it lost)."""
+    return op.type == "info" and not op.value and (op.error or "").startswith(WITHDRAWN)
 
 
 class ExcludingPlanted(StreamingChecker):

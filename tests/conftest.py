@@ -114,6 +114,41 @@ def at_once(mode: str, setup: str, body: str, tmp_path: Path, n: int = 2,
                 p.wait()
 
 
+def under_ci() -> bool:
+    """``CI`` is set (``CI=true``, as CI services set it); unset, "", "0",
+    "false" and "no" mean not CI."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def require_component(name: str, reason: str | None) -> None:
+    """Call at the time of use with why ``name`` cannot be used here (None:
+    it can). Under CI, where ``.ci/setup`` installs it as root, a missing or
+    broken component fails the test with the reason; elsewhere the test
+    skips with it."""
+    if reason is None:
+        return
+    if under_ci():
+        pytest.fail(f"{name} is missing under CI: {reason} (.ci/setup installs it)",
+                    pytrace=False)
+    pytest.skip(f"{name} is missing: {reason}")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "needs(name, why): the test needs a component that .ci/setup installs; "
+        "why() (reason or None) is asked when the test is set up, before its fixtures "
+        "(tests/conftest.py require_component: fail under CI, skip elsewhere)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """``@pytest.mark.needs(name, why)``: decided per test, before any
+    fixture (a module's cluster) is started."""
+    for mark in item.iter_markers("needs"):
+        name, why = mark.args
+        require_component(name, why())
+
+
 def pytest_collection_modifyitems(items):
     """No test of the suite's own may hang CI: each gets a 10-minute cap
     (pytest-timeout), unless it sets its own."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HEALTH_SERVER, at_once, pids_alive
-from faults import catalogue
+from faults import catalogue, iptables
 from faults.base import Fault
 from faults.heal_all import heal_all
 from faults.ledger import Ledger, LedgerEntry
@@ -306,8 +305,8 @@ def processes_labelled(cluster: str) -> list[int]:
     return out
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("iptables") is None,
-                    reason="needs root and iptables (the partition this harness leaves behind)")
+@pytest.mark.needs("iptables as root (the partition this harness leaves behind)",
+                   iptables.unavailable_reason)
 def test_heal_all_alone_gives_the_machine_back_after_a_sigkilled_harness(tmp_path):
     """A harness with a live cluster, a paused node and a partitioned one is
     SIGKILLed; `python -m faults heal-all` alone then leaves no process of

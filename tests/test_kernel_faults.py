@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require_component
 from engines.vllm.model import ensure_tiny_model
 from engines.vllm.nodes import SERVED_MODEL_NAME, VllmReplica
 from faults import iptables
@@ -48,10 +49,15 @@ from ordeal.topology import Endpoint
 
 REPO = Path(__file__).resolve().parent.parent
 RUN_ID = f"kf-{uuid.uuid4().hex[:8]}"
-IPTABLES_MISSING = iptables.unavailable_reason()
-needs_iptables = pytest.mark.skipif(IPTABLES_MISSING is not None,
-                                    reason=f"kernel network faults cannot run here: "
-                                           f"{IPTABLES_MISSING}")
+# Asked per test when it is set up, not once at import (one transient
+# iptables error skipped every kernel network test): under CI a missing or
+# broken iptables fails the test with the reason, elsewhere it skips.
+IPTABLES = "iptables (kernel network faults)"
+needs_iptables = pytest.mark.needs(IPTABLES, iptables.unavailable_reason)
+
+
+def iptables_usable() -> bool:
+    return iptables.unavailable_reason() is None
 KINDS = ("network_partition", "packet_loss", "process_pause")
 
 
@@ -119,7 +125,7 @@ def states(pids: list[int]) -> dict[int, str | None]:
 def no_rules_left_behind():
     """Safety net: whatever a failing test left, remove this run's chains."""
     yield
-    if IPTABLES_MISSING is None:
+    if iptables_usable():
         for name in chains_of_run():
             iptables.remove_chain(name)
 
@@ -284,7 +290,7 @@ def test_missing_iptables_or_root_refuses_before_anything_changes(missing, small
             assert ledger.pending() == [] and not fault.active
         assert iptables.unavailable_reason() is not None
     assert probe(small_node.endpoint.url).ok
-    if IPTABLES_MISSING is None:
+    if iptables_usable():
         assert chains_of_run() == [] and rules_on_port(small_node.endpoint.port) == []
 
 
@@ -342,7 +348,7 @@ def test_a_dead_node_is_refused_and_nothing_changes(kind, tmp_path):
     with pytest.raises(FaultError, match="node dead is not running"):
         fault.inject()
     assert ledger.pending() == [] and not fault.active
-    if IPTABLES_MISSING is None:
+    if iptables_usable():
         assert chains_of_run() == [] and rules_on_port(port) == []
     node.stop()
 
@@ -360,7 +366,7 @@ def test_an_endpoint_outside_loopback_is_refused_and_nothing_changes(kind, tmp_p
     assert ledger.pending() == [] and not fault.active
     assert "T" not in states(small_node.pids()).values()
     assert probe(small_node.endpoint.url).ok
-    if IPTABLES_MISSING is None:
+    if iptables_usable():
         assert chains_of_run() == [] and rules_on_port(small_node.endpoint.port) == []
 
 
@@ -390,9 +396,9 @@ def test_partition_cuts_a_real_replica_and_the_heal_restores_it(mode, replica, t
         if mode == "drop":  # packets vanish: the client waits out its timeout
             assert health.error == completion.error == "timeout"
             assert health.seconds >= 2.9
-        else:  # a TCP reset: the client learns at once
+        else:  # a TCP reset: the client learns at once, not after its 3 s timeout
             assert health.error == completion.error == "refused/reset"
-            assert health.seconds < 1.0
+            assert health.seconds < 3 / 2, health.seconds
         assert dropped >= 2
     finally:
         healed = fault.heal()
@@ -528,7 +534,8 @@ def test_pausing_only_the_engine_leaves_health_answering_200_while_no_token_come
         health = probe(url, timeout=3)
         say(f"process_pause only=EngineCore: /health ok={health.ok} in {health.seconds:.3f} s, "
             f"completion -> {stalled.error} after {stalled.seconds:.2f} s")
-        assert health.ok and health.seconds < 1.0  # 200, and fast: the lie
+        # 200, and fast: the lie (against the stalled completion's 3 s timeout)
+        assert health.ok and health.seconds < stalled.seconds / 3, (health, stalled)
         assert not stalled.ok and stalled.error == "timeout"
     finally:
         healed = fault.heal()
@@ -583,8 +590,8 @@ def read_line(proc: subprocess.Popen, timeout: float) -> str:
 @pytest.mark.cluster
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_sigkilled_harness_leaves_nothing_after_heal_all(kind, replica):
-    if kind != "process_pause" and IPTABLES_MISSING is not None:
-        pytest.skip(f"kernel network faults cannot run here: {IPTABLES_MISSING}")
+    if kind != "process_pause":
+        require_component(IPTABLES, iptables.unavailable_reason())
     port, pids = replica.endpoint.port, replica.pids()
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD_HARNESS, kind, replica.name, replica.endpoint.host,
@@ -613,7 +620,7 @@ def test_a_sigkilled_harness_leaves_nothing_after_heal_all(kind, replica):
         assert "FAILED" not in healer.stdout
         # Nothing is left: no ledger entry, no chain or rule, no stopped process.
         assert Ledger().pending() == []
-        if IPTABLES_MISSING is None:
+        if iptables_usable():
             assert chains_of_run() == [] and rules_on_port(port) == []
         assert "T" not in states(pids).values(), states(pids)
         assert probe(replica.endpoint.url, completion=True, timeout=30).ok

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require_component
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("ordeal", "invariants", "faults", "reports", "nodes", "load", "engines", "clusters",
             "runs", "fixtures")
@@ -20,8 +22,8 @@ LINT = Path(sys.executable).parent / "lint-imports"
 
 
 def lint(cwd: Path) -> subprocess.CompletedProcess[str]:
-    if not LINT.exists():
-        pytest.skip(f"{LINT} is missing: import-linter comes with .[test] (bash .ci/setup)")
+    require_component("import-linter", None if LINT.exists() else
+                      f"{LINT} is missing: import-linter comes with .[test] (bash .ci/setup)")
     return subprocess.run([str(LINT), "--no-cache"], cwd=cwd, capture_output=True, text=True,
                           timeout=300)
 

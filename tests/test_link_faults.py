@@ -253,8 +253,10 @@ def test_network_latency_is_seen_by_a_probe_and_healed(vllm_link, tmp_path):
         delayed = [probe(url)[0] for _ in range(3)]
         assert all(d >= 0.35 for d in delayed), (base, delayed)
         assert fault.active and len(ProxyClient(link.control).toxics(link.name)) == 1
-    healed = min(probe(url)[0] for _ in range(3))
-    assert healed < 0.35 and healed < min(delayed), (base, delayed, healed)
+    healed = min(probe(url)[0] for _ in range(5))
+    # Back near this run's own baseline: less than half the delay the toxic
+    # added here (>= 0.35 s on every probe while present).
+    assert healed - base < (min(delayed) - base) / 2, (base, delayed, healed)
     assert ProxyClient(link.control).toxics(link.name) == []
 
 

@@ -347,8 +347,10 @@ def test_latency_delays_one_direction_and_heals(proxy, ctl, direction):
     delayed = [echo_rtt(proxy) for _ in range(3)]
     assert all(d >= 0.25 for d in delayed), delayed  # latency - jitter, at least
     ctl.remove_toxic("echo", "lat")
-    healed = min(echo_rtt(proxy) for _ in range(3))
-    assert healed < 0.25 and healed < min(delayed), (base, delayed, healed)
+    healed = min(echo_rtt(proxy) for _ in range(5))
+    # Back near this run's own baseline: less than half the delay the toxic
+    # added here (it adds >= 0.25 s to every round trip while present).
+    assert healed - base < (min(delayed) - base) / 2, (base, delayed, healed)
 
 
 def test_latency_shifts_a_stream_without_serialising_it(proxy, ctl):
@@ -534,9 +536,13 @@ def test_toxicity_is_a_per_connection_probability(proxy, ctl):
     hit = sum(r >= 0.2 for r in rtts)
     assert 4 <= hit <= 26, rtts  # P(outside) < 1e-4 for a fair coin
     ctl.reset()
+    # A round trip that takes 0.2 s without any toxic is the machine's load:
+    # toxicity 0 may show no more of them than the same link without a toxic.
+    plain = sum(echo_rtt(proxy) >= 0.2 for _ in range(10))
     ctl.add_toxic("echo", "latency", name="never", toxicity=0.0,
                   attributes={"latency_ms": 200})
-    assert all(echo_rtt(proxy) < 0.2 for _ in range(5))
+    never = sum(echo_rtt(proxy) >= 0.2 for _ in range(10))
+    assert never <= plain + 1, (plain, never)  # applied at all: about 10 of 10
 
 
 # -- L7 toxics -----------------------------------------------------------------

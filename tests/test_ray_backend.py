@@ -7,7 +7,7 @@ cleaned up by ``heal-all``, and clear errors for an address outside the
 allowed set and a Ray cluster that cannot start.
 
 Needs Ray (`pip install 'ray[serve]==2.60.0'`); without it the tests skip
-and say so. One module-scoped cluster of 2 nodes with 1 replica each;
+and say so (under CI=true they fail with the reason). One module-scoped cluster of 2 nodes with 1 replica each;
 about 3-4 minutes on 2 cores.
 """
 
@@ -28,6 +28,7 @@ import psutil
 import pytest
 
 from clusters.ray import RayCluster, RayError, RayPorts, check_loopback, unavailable_reason
+from conftest import require_component
 from engines.vllm.nodes import SERVED_MODEL_NAME
 from faults import iptables
 from faults.base import FaultError
@@ -39,8 +40,7 @@ from ordeal.config import ClusterSpec, ConfigError
 from ordeal.ownership import CLUSTER_ENV
 
 REPO = Path(__file__).resolve().parent.parent
-NO_RAY = unavailable_reason()
-needs_ray = pytest.mark.skipif(NO_RAY is not None, reason=f"Ray is missing: {NO_RAY}")
+needs_ray = pytest.mark.needs("Ray", unavailable_reason)  # asked per test, at set-up
 
 
 def complete(url: str, prompt: str = "hello", timeout: float = 30.0) -> tuple[str, str]:
@@ -98,7 +98,7 @@ def test_an_address_outside_the_allowed_set_is_refused_before_connecting(tmp_pat
     with pytest.raises(RayError, match=r"192\.0\.2\.7:6379 is not allowed.*--allow-target"):
         check_loopback("--ray-address", ["192.0.2.7:6379"])
     check_loopback("--ray-address", ["127.0.0.1:6379", "127.0.0.1"])
-    if NO_RAY is None:
+    if unavailable_reason() is None:
         c = RayCluster(ClusterSpec(backend="ray", replicas=1, ray_address="10.9.8.7:6379"),
                        "raybad", tmp_path)
         c.model = object()  # type: ignore[assignment] - never reached: refused first
@@ -161,8 +161,7 @@ def test_port_lists_respect_multiport_s_fifteen_slots():
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, ray_state):
-    if NO_RAY is not None:
-        pytest.skip(f"Ray is missing: {NO_RAY}")
+    require_component("Ray", unavailable_reason())
     run = f"raytest{uuid.uuid4().hex[:6]}"
     c = RayCluster(ClusterSpec(backend="ray", replicas=2, ray_nodes=2), run,
                    tmp_path_factory.mktemp("ray") / "logs")
@@ -266,9 +265,9 @@ def test_a_node_partitioned_from_the_head_is_declared_dead_and_heals(cluster, ca
     its actors elsewhere, while its engines, whose serving ports are not
     cut, still answer. Heal removes the rules, ends those orphans, and every
     replica serves again with the node back in the cluster."""
-    if iptables.unavailable_reason() or cgroup2.unavailable_reason():
-        pytest.skip(f"ray_node_partition needs iptables and cgroup v2 as root: "
-                    f"{iptables.unavailable_reason() or cgroup2.unavailable_reason()}")
+    require_component("iptables (ray_node_partition)", iptables.unavailable_reason())
+    if cgroup2.unavailable_reason():  # the kernel's, not something .ci/setup installs
+        pytest.skip(f"ray_node_partition needs cgroup v2 as root: {cgroup2.unavailable_reason()}")
     ray = sys.modules["ray"]
     node = next((n for n in cluster.ray_nodes if n.engines_refreshed()), None)
     assert node is not None and node.cgroup, "no Ray node with a replica and a cgroup"

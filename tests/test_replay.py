@@ -99,7 +99,7 @@ def test_replaying_the_shrunk_schedule_fails_the_same_way(ordeal_run, ordeal_say
         took = time.monotonic() - t0
         seen.append(broken(results))
         ordeal_say(f"replay {attempt} of {EXAMPLE.name}: false {seen[-1]} in {took:.0f}s")
-        assert took < 90
+        # No bound on took: the machine's load sets it; a hang meets the timeout.
         assert Ledger().pending() == []  # the schedule ended healed
         if set(saved.broke) <= set(seen[-1]):
             return

@@ -181,8 +181,12 @@ def test_executor_heals_what_is_active_when_cancelled(tmp_path):
     async def go():
         task = asyncio.create_task(run_schedule(
             steps, lambda s: [FlagFault(tmp_path / "a", "r", ledger)], h))
-        await asyncio.sleep(0.3)
-        assert (tmp_path / "a").exists()
+        # Cancelled once the inject is seen (the step at 0 s), however slow
+        # the loop is today; the heal at 60 s is far off either way.
+        loop, t0 = asyncio.get_running_loop(), asyncio.get_running_loop().time()
+        while not (tmp_path / "a").exists() and loop.time() - t0 < 30:
+            await asyncio.sleep(0.01)
+        assert (tmp_path / "a").exists() and not task.done()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -2,10 +2,12 @@
 CPU Triton replicas (engines.triton.server) behind HAProxy
 (engines.triton.haproxy), driven with tritonclient (engines.triton.client).
 
-Checkers. Every checker that reads what any engine answers applies; four of
+Checkers. Every checker that reads what any engine answers applies; five of
 vLLM's do not, and are left out rather than reported as vacuous passes:
 ``stream_wellformed`` and ``usage_matches_tokens`` read OpenAI SSE chunks and
-usage blocks (Triton's gRPC stream has neither), ``no_duplicate_execution``
+usage blocks (Triton's gRPC stream has neither), ``stream_continuity`` needs a
+finish reason the server gave (the Triton client derives its own from the
+token count, so a short ``ok`` stream could never be seen), ``no_duplicate_execution``
 reads the served journal of vLLM's middleware, and ``health_truthful`` reads
 vLLM's running/waiting gauges. ``sequence_consistent`` is Triton's own.
 """
