@@ -224,6 +224,17 @@ class Dataset:
                 "turns": sum(len(c) for c in self.conversations)}
 
 
+def read_input(p: Path, where: str, fix: str) -> bytes:
+    """The bytes of a file the user named; a ``ConfigError`` that names it
+    (``where``) and, when it is missing, what to give instead (``fix``)."""
+    try:
+        return p.read_bytes()
+    except FileNotFoundError as e:
+        raise ConfigError(f"{where}: no such file; {fix}") from e
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot read it ({e})") from e
+
+
 def load_dataset(path: str | Path) -> Dataset:
     """Read a JSONL dataset, one entry per line (blank lines skipped):
 
@@ -239,13 +250,8 @@ def load_dataset(path: str | Path) -> Dataset:
     """
     p = Path(path)
     where = f"dataset {str(p)!r}"
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError as e:
-        raise ConfigError(f"{where}: no such file; give the path of a JSONL file "
-                          "(relative paths in a workload file start at that file)") from e
-    except OSError as e:
-        raise ConfigError(f"{where}: cannot read it ({e})") from e
+    raw = read_input(p, where, "give the path of a JSONL file (relative paths in a "
+                               "workload file start at that file)")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -77,6 +77,7 @@ from load.workload import (
     WorkloadSpec,
     describe_spec,
     load_dataset,
+    read_input,
 )
 from ordeal.config import ConfigError
 
@@ -132,14 +133,9 @@ def read_workload_file(path: str | Path) -> WorkloadFile:
     """Read and check a workload file (schema in the module docstring)."""
     p = Path(path)
     where = f"workload file {p}"
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError as e:
-        raise ConfigError(f"{where}: no such file; give the path of a TOML workload file "
-                          "(docs/examples/workloads/ has examples) or leave --workload "
-                          "out for the default workload") from e
-    except OSError as e:
-        raise ConfigError(f"{where}: cannot read it ({e})") from e
+    raw = read_input(p, where, "give the path of a TOML workload file "
+                               "(docs/examples/workloads/ has examples) or leave --workload "
+                               "out for the default workload")
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
