@@ -144,6 +144,10 @@ class ClusterSpec:
     engine_env: tuple[tuple[str, str], ...] = ()
     router_args: tuple[str, ...] = ()
     router_profile: str = "ordeal"
+    # --engine triton only: serve this model repository (as it is, on every
+    # replica) instead of Ordeal's generated models, and drive its model
+    # through Triton's generate extension (engines.triton.user_repo).
+    triton_model_repo: str | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -205,7 +209,11 @@ class ClusterSpec:
                                       or self.router_profile != "ordeal"):
             raise ConfigError(f"--model/--tokenizer/--engine-args/--engine-env/--router-args/"
                               f"--router-profile apply to --engine vllm (this run: --engine "
-                              f"{self.engine}; Triton serves its model repository)")
+                              f"{self.engine}; give Triton a repository with "
+                              "--triton-model-repo)")
+        if self.triton_model_repo and self.engine != "triton":
+            raise ConfigError(f"--triton-model-repo applies to --engine triton (this run: "
+                              f"--engine {self.engine}); for vLLM name the model with --model")
         if self.docker_engine not in DOCKER_ENGINES:
             raise ConfigError(f"--docker-engine {self.docker_engine!r}: use one of "
                               f"{', '.join(DOCKER_ENGINES)}")

@@ -10,6 +10,11 @@ finish reason the server gave (the Triton client derives its own from the
 token count, so a short ``ok`` stream could never be seen), ``no_duplicate_execution``
 reads the served journal of vLLM's middleware, and ``health_truthful`` reads
 vLLM's running/waiting gauges. ``sequence_consistent`` is Triton's own.
+
+A user's repository (``--triton-model-repo``, engines.triton.user_repo) is
+served instead of the generated models and driven through the generate
+extension (engines.triton.generate_client); it has no sequence model, so
+``sequence_consistent`` and the sequence variant of ``lsn_jump`` are left out.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 
 from engines.base import ClientCounts, Upstream, trace_files
 from engines.triton.client import TritonClient
+from engines.triton.generate_client import TritonGenerateClient, model_io
 from engines.triton.haproxy import HaproxyRouter
 from engines.triton.models import (
     GENERATE_MODEL,
@@ -31,7 +37,8 @@ from engines.triton.models import (
     repository_digest,
     write_repository,
 )
-from engines.triton.server import TritonServerNode
+from engines.triton.server import MODELS, TritonServerNode
+from engines.triton.user_repo import UserRepository, read_user_repository
 from engines.vllm.adapter import node_starts
 from invariants import (
     Availability,
@@ -74,8 +81,13 @@ CPU_THROTTLE_WHY = (
     "numpy models at the suite's load: measured e2e p50 19-25 ms with and without it, the node "
     "using ~7% of a core. On a GPU the co-tenant throttle applies to Triton "
     "(tests/test_gpu_faults.py, the H200 run in docs/examples/gpu-triton-h200)")
-#: History ``f`` -> the model that serves it.
+#: History ``f`` -> the model that serves it (Ordeal's generated repository).
 F_MODEL = {"generate_stream": GENERATE_MODEL, "infer": ONCE_MODEL, "sequence": SEQUENCE_MODEL}
+#: Why lsn_jump cannot run on a user's repository.
+NO_SEQUENCE_MODEL = (
+    "lsn_jump on Triton jumps a correlated sequence of Ordeal's stateful model (ordeal-seq); "
+    "a user's repository (--triton-model-repo) is driven through the generate extension and "
+    "has no such sequence")
 
 
 def model_statistics(node: Any, timeout: float = 5.0) -> dict[str, dict[str, int]]:
@@ -99,6 +111,8 @@ class TritonEngine:
     fingerprint_prefixes = ("triton-", "haproxy-")
 
     def answer_directly(self, node: Any, timeout: float = 30.0) -> dict[str, Any]:
+        if self.user_repo is not None:
+            return self._generate_directly(node, timeout)
         prompt = list(b"answer directly")
         body = json.dumps({"inputs": [
             {"name": "text_input", "shape": [len(prompt)], "datatype": "UINT8", "data": prompt},
@@ -110,21 +124,52 @@ class TritonEngine:
             return {"status": resp.status, "node": (outs.get("node") or [None])[0],
                     "tokens": len(outs.get("token_ids", []))}
 
+    def _generate_directly(self, node: Any, timeout: float) -> dict[str, Any]:
+        """The user's model asked on ``node`` itself, streamed: ``tokens``
+        is the number of responses (one per token on an LLM backend)."""
+        model = self.served_model_name
+        with urllib.request.urlopen(f"{node.endpoint.url}/v2/models/{model}/config",
+                                    timeout=timeout) as r:
+            inputs, _ = model_io(json.loads(r.read()))
+        body = {"text_input": "answer directly", **({"stream": True} if "stream" in inputs
+                                                     else {}),
+                **({"max_tokens": 4} if "max_tokens" in inputs else {})}
+        req = urllib.request.Request(f"{node.endpoint.url}/v2/models/{model}/generate_stream",
+                                     data=json.dumps(body).encode(),
+                                     headers={"content-type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            events = [line for line in resp.read().decode().splitlines()
+                      if line.startswith("data:") and "text_output" in line]
+            return {"status": resp.status, "node": node.name, "tokens": len(events)}
+
     def settings(self, spec: Any) -> dict[str, Any]:
-        """summary.json's ``cluster.stack``: Triton serves Ordeal's generated
-        models behind HAProxy; nothing of it is the user's yet."""
+        """summary.json's ``cluster.stack``: the user's repository when one
+        was given, else Ordeal's generated models; HAProxy in front."""
+        if self.user_repo is not None:
+            return self.user_repo.describe()
         return {"model_repository": "generated (engines/triton/models.py)"}
 
-    def __init__(self, spec: Any = None) -> None:  # Triton serves its own repository
+    def __init__(self, spec: Any = None) -> None:
         # Which sequence model the client drives: tests point it at the
         # unchecked variant (a server with a real bug) to see the invariant fail.
         self.sequence_model = SEQUENCE_MODEL
+        repo = getattr(spec, "triton_model_repo", None)
+        self.user_repo: UserRepository | None = None
+        if repo:
+            name = spec.served_model_name
+            # The default name is Ordeal's own model's: it names no user model.
+            self.user_repo = read_user_repository(
+                repo, None if name == GENERATE_MODEL else name)
+            self.served_model_name = self.user_repo.model
 
     def l7_visible(self, f: str) -> bool:
-        """HTTP/1.1 requests; gRPC streams are HTTP/2, opaque to L7 toxics."""
-        return f != "generate_stream"
+        """HTTP/1.1 requests; gRPC streams are HTTP/2, opaque to L7 toxics
+        (a user's model is all HTTP/1.1, streams included)."""
+        return self.user_repo is not None or f != "generate_stream"
 
     def unsupported(self, kind: str) -> str | None:
+        if kind == "lsn_jump" and self.user_repo is not None:
+            return NO_SEQUENCE_MODEL
         if kind == "gpu_throttle" and not os.path.exists("/dev/nvidiactl"):
             return CPU_THROTTLE_WHY
         return UNSUPPORTED.get(kind)
@@ -137,6 +182,11 @@ class TritonEngine:
                 for c in i["details"].get("detected_examples", [])]
 
     def prepare(self, cluster: Any) -> None:
+        if self.user_repo is not None:  # served as it is, never copied or changed
+            cluster.model = SimpleNamespace(
+                name=f"{self.user_repo.model} (the user's Triton repository)",
+                path=self.user_repo.path, sha256=self.user_repo.digest)
+            return
         repo = write_repository(cluster.log_dir / "models")
         cluster.model = SimpleNamespace(name="ordeal-tiny (numpy, Triton Python backend)",
                                         path=repo, sha256=repository_digest())
@@ -147,9 +197,14 @@ class TritonEngine:
     def replica(self, cluster: Any, index: int, ports: list[int]) -> LocalNode:
         name = f"replica-{index}"
         # No libfaketime: see UNSUPPORTED["clock_drift"].
+        user = self.user_repo
+        # Ready when the driven model is (the first), and every other one.
+        models = MODELS if user is None else (user.model, *(m for m in user.models
+                                                            if m != user.model))
         return TritonServerNode(name, Endpoint(cluster.spec.host, ports[0]), ports[1], ports[2],
                                 cluster.model.path, cluster.log_dir / f"{name}.log",
-                                cluster.cluster_id)
+                                cluster.cluster_id, models=models,
+                                digest=None if user is None else user.digest)
 
     def upstreams(self, node: Any) -> list[Upstream]:
         return [Upstream("", node.endpoint, "http"), Upstream("-grpc", node.grpc_endpoint, "grpc")]
@@ -161,7 +216,10 @@ class TritonEngine:
         return HaproxyRouter("router", endpoint, http, grpc, cluster.log_dir / "router.log",
                              cluster.cluster_id)
 
-    def client(self, spec: WorkloadSpec, entrypoint: str, cluster: Any) -> TritonClient:
+    def client(self, spec: WorkloadSpec, entrypoint: str,
+               cluster: Any) -> TritonClient | TritonGenerateClient:
+        if self.user_repo is not None:
+            return TritonGenerateClient(spec, entrypoint, self.user_repo.model)
         parts = urllib.parse.urlsplit(entrypoint)
         client = TritonClient(spec, f"{parts.hostname}:{parts.port}",
                               getattr(cluster, "sequence_jump_file", None))
@@ -169,9 +227,16 @@ class TritonEngine:
         return client
 
     def checkers(self) -> list[Any]:
-        return [NoSilentLoss(), CanaryDeterminism(), LatencySLO(), Goodput(), ErrorRate(),
-                Availability(), Recovery(), RestartReadiness(), CountersMonotonic(), LeakBound(),
-                SequenceConsistent()]
+        common = [NoSilentLoss(), CanaryDeterminism(), LatencySLO(), Goodput(), ErrorRate(),
+                  Availability(), Recovery(), RestartReadiness(), CountersMonotonic(),
+                  LeakBound()]
+        return common if self.user_repo is not None else [*common, SequenceConsistent()]
+
+    def f_models(self) -> dict[str, str]:
+        """History ``f`` -> the model that served it in this run."""
+        if self.user_repo is not None:
+            return {"generate": self.user_repo.model, "generate_stream": self.user_repo.model}
+        return {**F_MODEL, "sequence": self.sequence_model}
 
     def collect_metrics(self, node: Any, raw: dict[str, float]) -> dict[str, float]:
         out = {common: raw[name] for name, common in TRITON_COMMON.items() if name in raw}
@@ -230,13 +295,20 @@ class TritonEngine:
             return Result("engine_consistency", "unknown",
                           {"engine": "triton", "why": "statistics unreadable", "problems": problems})
         checked = {}
-        for f, model in F_MODEL.items():
-            if f == "sequence":
-                model = self.sequence_model
-            c = {"ok": 0, "fail": 0, "info": 0, "model_error": 0, **counts.by_f.get(f, {})}
+        by_model: dict[str, list[str]] = {}
+        for f, model in self.f_models().items():
+            by_model.setdefault(model, []).append(f)
+        for model, fs in by_model.items():
+            # One model may serve several f (a user's: generate and
+            # generate_stream); its statistics count them together.
+            c = {"ok": 0, "fail": 0, "info": 0, "model_error": 0}
+            for f in fs:
+                for k, v in counts.by_f.get(f, {}).items():
+                    c[k] = c.get(k, 0) + v
             server = servers.get(model, 0)
             low = 0 if restarted else c["ok"]
             high = c["ok"] + c["info"] + c["model_error"]
+            f = "+".join(fs)
             checked[f] = {"model": model, "server_ran": server, "client": c,
                           "bounds": [low, high]}
             if not low <= server <= high:

@@ -161,7 +161,11 @@ class TritonServerNode(LocalNode):
                     "nv_cpu_utilization")
 
     def __init__(self, name: str, http: Endpoint, grpc_port: int, metrics_port: int,
-                 repo: Path, log_path: Path, cluster_id: str, clock_file: Path | None = None):
+                 repo: Path, log_path: Path, cluster_id: str, clock_file: Path | None = None,
+                 models: tuple[str, ...] = MODELS, digest: str | None = None):
+        """``models``: those the node must have loaded to be ready (the
+        first is the one the probe asks for); ``digest``: the repository's,
+        for the fingerprint (None: Ordeal's generated models)."""
         problems = check()
         if problems:
             raise TritonMissing("cannot start a Triton node: " + "; ".join(problems))
@@ -184,26 +188,28 @@ class TritonServerNode(LocalNode):
         self._clock_file = clock_file
         self.grpc_endpoint = Endpoint(http.host, grpc_port)
         self.health_url = f"{http.url}/v2/health/ready"
-        self.model_ready_url = f"{http.url}/v2/models/{GENERATE_MODEL}/ready"
+        self.models = models
+        self.digest = digest or repository_digest()
+        self.model_ready_url = f"{http.url}/v2/models/{models[0]}/ready"
         self.metrics_url = f"http://{http.host}:{metrics_port}/metrics"
 
     def wait_ready(self, timeout: float) -> None:
         for url in [self.health_url, *(f"{self.endpoint.url}/v2/models/{m}/ready"
-                                       for m in MODELS)]:
+                                       for m in self.models)]:
             wait_http_ok(name=self.name, url=url, timeout=timeout,
                          is_running=self.process.is_running, exit_code=self.process.exit_code,
                          log_tail=self.process.log_tail, hint=self.hint)
-        self._fingerprint = probe_triton_fingerprint(self.endpoint.url)
+        self._fingerprint = probe_triton_fingerprint(self.endpoint.url, self.digest)
 
 
-def probe_triton_fingerprint(base_url: str, timeout: float = 5.0) -> str:
-    """The server's own name and version (GET /v2) plus the models' digest."""
+def probe_triton_fingerprint(base_url: str, digest: str, timeout: float = 5.0) -> str:
+    """The server's own name and version (GET /v2) plus the repository's digest."""
     try:
         with urllib.request.urlopen(f"{base_url}/v2", timeout=timeout) as r:
             meta = json.loads(r.read())
     except (OSError, ValueError) as e:
         raise NodeNotReady(f"{base_url}/v2 did not answer with server metadata: {e}") from e
-    return f"{meta.get('name', 'triton')}-{meta.get('version', '?')}+models-{repository_digest()}"
+    return f"{meta.get('name', 'triton')}-{meta.get('version', '?')}+models-{digest}"
 
 
 def main(argv: list[str] | None = None) -> int:
