@@ -11,6 +11,11 @@ code of ours in it. engines/triton/generate_client.py is that client;
 docs/examples/triton-model-repo/ is a repository made here that follows
 the convention (the tests serve it).
 
+Ordeal neither copies nor changes the repository; Triton's Python backend
+itself writes ``__pycache__`` beside a Python model's ``model.py``, as it
+does in any deployment (PYTHONDONTWRITEBYTECODE did not stop its embedded
+interpreter), and the digest leaves caches out.
+
 Read before anything starts: a repository that is missing, holds no model,
 or holds several without ``--served-model-name`` naming one is refused with
 what to do. Whether the model really speaks the convention is learnt from
