@@ -19,6 +19,7 @@ from nodes.ports import free_ports
 from nodes.process import REPO_ROOT, ManagedProcess
 from nodes.waits import wait_http_ok
 from ordeal.config import redact_argv
+from ordeal.ownership import hold_cluster
 from ordeal.topology import Endpoint, Link, NodeNotReady
 
 
@@ -37,6 +38,7 @@ class ClusterBase:
                  progress: Callable[[str], None] = print, model: Any = None):
         self.spec = spec
         self.cluster_id = cluster_id  # labels every process and container it starts
+        hold_cluster(cluster_id, self)  # never a leftover to this process's reapers
         self.log_dir = Path(log_dir)
         self.progress = progress
         self.model = model  # a model already made (tests share one), else made at start

@@ -36,6 +36,7 @@ import os
 import signal
 import time
 import uuid
+import weakref
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -57,6 +58,17 @@ NODE_ENV = "ORDEAL_NODE"
 HELPER_ENV = "ORDEAL_HELPER"
 #: The pid of the harness that started the process (for people reading ps).
 OWNER_PID_ENV = "ORDEAL_OWNER_PID"
+#: The clusters this process has made and still holds (cluster id -> the
+#: cluster object). A reaper in this process never takes their groups for
+#: leftovers: the session's cleanup can run after a test module's own
+#: cluster started (its first use comes later), and it ended that live
+#: cluster's fault proxy under the module's next test.
+_LIVE_CLUSTERS: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+
+def hold_cluster(cluster_id: str, cluster: Any) -> None:
+    """Mark ``cluster_id`` live for as long as ``cluster`` exists."""
+    _LIVE_CLUSTERS[cluster_id] = cluster
 
 
 # -- the owner ------------------------------------------------------------------
@@ -401,6 +413,7 @@ def _reap_pass(me: Claimer, current_cluster: str | None, clusters: Collection[st
         if rec is not None and (
                 (clusters is not None and rec.cluster_id not in clusters)
                 or rec.cluster_id == current_cluster
+                or rec.cluster_id in _LIVE_CLUSTERS
                 or (rec.owner is not None and rec.owner.alive())):
             continue
         # Only its owner writes a record, and this one's is gone: what was

@@ -5,6 +5,7 @@ returns; load and faults reach only allowed networks."""
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import json
 import os
@@ -25,6 +26,7 @@ from ordeal.ownership import (
     NotOurs,
     Owner,
     ProcessRecord,
+    hold_cluster,
     read_records,
     reap_leftovers,
     record_path,
@@ -178,6 +180,30 @@ def test_the_current_cluster_is_skipped_and_an_unreadable_record_is_reported():
         assert len(lines) == 1 and lines[0].startswith(f"unreadable process record {bad}")
         assert not bad.exists()
         assert pids_alive([proc.pid]) == [proc.pid]
+    finally:
+        end(proc)
+
+
+def test_a_cluster_this_process_holds_is_never_its_leftover():
+    """A session cleanup that runs after a test module's own cluster started
+    must leave that live cluster alone; once the cluster object is gone,
+    what it left is a leftover like any other."""
+    proc = sleeper(**{CLUSTER_ENV: "cluster-held"})
+    try:
+        record("cluster-held", "fault-proxy", proc, Owner.current())
+        members = procfs.group_members(proc.pid)
+
+        class Cluster:
+            pass
+        cluster = Cluster()
+        hold_cluster("cluster-held", cluster)
+        assert reap_leftovers() == []
+        assert pids_alive(members) == members
+        del cluster
+        gc.collect()
+        assert reap_leftovers() == [f"ended {len(members)} leftover process(es) of fault-proxy "
+                                    f"from cluster cluster-held (group {proc.pid})"]
+        assert pids_alive(members) == []
     finally:
         end(proc)
 

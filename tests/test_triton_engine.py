@@ -19,8 +19,9 @@ import pytest
 from clusters.local import LocalCluster
 from engines.base import COMMON_METRICS, ClientCounts
 from engines.triton.client import JumpControl, SequencePlanner, Step, jumped
+from engines.triton.generate_client import TritonGenerateClient
 from engines.triton.haproxy import haproxy_config, haproxy_executable
-from engines.triton.models import UNCHECKED_SEQUENCE_MODEL
+from engines.triton.models import ONCE_MODEL, UNCHECKED_SEQUENCE_MODEL
 from engines.triton.server import TritonMissing, TritonServerNode, check
 from faults import Ledger
 from faults.factory import build_faults
@@ -340,3 +341,20 @@ def test_the_engine_interface_on_vllm(ordeal_cluster, tmp_path):
     bad = adapter.validate_consistency(ordeal_cluster, counts, mark)
     assert bad.valid is False and bad.counterexamples[0]["node"] == node.name, bad.to_dict()
 
+
+
+@needs_cluster
+def test_a_model_off_the_generate_convention_fails_every_request_with_why(triton_cluster,
+                                                                          tmp_path):
+    """The generate client (--triton-model-repo) pointed at ordeal-tiny-once,
+    whose output is token ids, not text_output: every request must fail and
+    say so, none be sent wrong."""
+    h = History(tmp_path / "h.jsonl")
+    spec = WorkloadSpec(duration_s=2, rate=4, seed=1)
+    entry = triton_cluster.entrypoint.url
+    asyncio.run(WorkloadRunner(spec, entry, h, client=lambda: TritonGenerateClient(
+        spec, entry, ONCE_MODEL)).run())
+    h.close()
+    done = [op for op in read_history(tmp_path / "h.jsonl") if op.type != "invoke"]
+    assert done and all(op.type == "fail" and "does not follow the generate convention: no "
+                        "text_output" in op.error for op in done), done[:2]

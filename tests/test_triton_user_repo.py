@@ -4,8 +4,8 @@ extension, judged like any run.
 
 The real part serves docs/examples/triton-model-repo (word-llm, a model
 that is not Ordeal's and follows the LLM backends' convention) on two real
-CPU Triton replicas behind the real HAProxy, and Ordeal's own generated
-repository as a "user" repository whose model does not follow it.
+CPU Triton replicas behind the real HAProxy. A model off the convention is
+driven on tests/test_triton_engine.py's cluster (no cluster of its own).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import pytest
 from clusters.local import LocalCluster
 from engines.triton.adapter import TritonEngine
 from engines.triton.generate_client import _take, chat_text, generate_body
-from engines.triton.models import ONCE_MODEL, write_repository
 from engines.triton.server import check
 from engines.triton.user_repo import read_user_repository
 from load.workload import PlannedRequest, WorkloadSpec
@@ -119,20 +118,15 @@ def test_a_response_is_text_output_or_a_said_failure():
 needs_cluster = pytest.mark.cluster
 
 
-def start(tmp_path_factory, repo: Path, name: str | None = None):
+@pytest.fixture(scope="module")
+def user_cluster(tmp_path_factory):
     missing = check()
     if missing:
         pytest.fail("a CPU Triton node cannot start here (run bash .ci/setup): "
                     + "; ".join(missing))
-    spec = ClusterSpec(engine="triton", replicas=2, triton_model_repo=str(repo),
-                       **({"served_model_name": name} if name else {}))
-    return LocalCluster(spec, "test-triton-user", tmp_path_factory.mktemp("triton-user"),
-                        progress=lambda m: None)
-
-
-@pytest.fixture(scope="module")
-def user_cluster(tmp_path_factory):
-    with start(tmp_path_factory, EXAMPLE) as cluster:
+    spec = ClusterSpec(engine="triton", replicas=2, triton_model_repo=str(EXAMPLE))
+    with LocalCluster(spec, "test-triton-user", tmp_path_factory.mktemp("triton-user"),
+                      progress=lambda m: None) as cluster:
         yield cluster
 
 
@@ -171,21 +165,3 @@ def test_the_users_repository_is_served_driven_and_judged(user_cluster, tmp_path
             if o["f"] == "generate_stream" and len(o["value"].get("itl_ms", [])) >= 4]
     assert gaps and max(gaps) >= 1.0, gaps
     assert all(o["value"]["output_tokens"] for o in oks if o["f"] == "generate_stream")
-
-
-@needs_cluster
-def test_a_model_off_the_convention_fails_every_request_with_why(tmp_path_factory, tmp_path):
-    """Ordeal's own repository as a user's, driving ordeal-tiny-once: its
-    output is token ids, not text_output, and every request must say so."""
-    repo = write_repository(tmp_path_factory.mktemp("not-generate") / "models")
-    with start(tmp_path_factory, repo, ONCE_MODEL) as cluster:
-        run = OrdealRun(RunDir.create(tmp_path, "off"), "off", cluster, progress=lambda m: None)
-        run.load(WorkloadSpec(duration_s=3, rate=4, seed=1))
-        run.check()
-        summary = run.finish()
-    assert summary["verdict"] == "fail"
-    fails = [json.loads(line) for line in run.run_dir.history_path.open()
-             if '"type":"fail"' in line]
-    assert fails and all("does not follow the generate convention: no text_output"
-                         in f["error"] for f in fails), fails[:2]
-    assert summary["ops"]["ok"] == 0

@@ -89,6 +89,7 @@ class TritonGenerateClient:
             connector=aiohttp.TCPConnector(limit=spec.max_in_flight))
         self._inputs: set[str] | None = None
         self._unusable: str | None = None
+        self._config_error = ""  # why the configuration could not be read, last time
         self._lock = asyncio.Lock()
 
     def prepare(self, req: PlannedRequest, request_id: str) -> Prepared:
@@ -112,9 +113,11 @@ class TritonGenerateClient:
                 async with self.session.get(url, timeout=aiohttp.ClientTimeout(
                         total=self.spec.timeout_s)) as resp:
                     if resp.status != 200:
+                        self._config_error = f"GET {url}: HTTP {resp.status}"
                         return None
                     config = json.loads(await read_body(resp.content, MAX_BODY))
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
+                self._config_error = f"GET {url}: {type(e).__name__}: {e}"
                 return None
             inputs, outputs = model_io(config)
             missing = [n for n, have in (("text_input", inputs), ("text_output", outputs))
@@ -129,7 +132,8 @@ class TritonGenerateClient:
     async def _send(self, req: PlannedRequest, request_id: str, stream: bool) -> Outcome:
         inputs = await self._learn_inputs()
         if inputs is None:
-            why = self._unusable or "its configuration could not be read (not sent)"
+            why = self._unusable or (f"its configuration could not be read, so the request "
+                                     f"was not sent ({self._config_error})")
             return Outcome("fail", {}, f"{self.model}: {why}")
         path = "generate_stream" if stream else "generate"
         url = f"{self.base_url}/v2/models/{self.model}/{path}"
