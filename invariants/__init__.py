@@ -3,6 +3,7 @@
 from .base import Checker, Result, RunContext, merge_valid, run_checker
 from .determinism import CanaryDeterminism
 from .duplicates import NoDuplicateExecution
+from .failover import Failover
 from .no_silent_loss import NoSilentLoss
 from .node_health import CountersMonotonic, HealthTruthful, LeakBound
 from .planted import PLANTED, ExcludingPlanted, PlantedDetected, with_planted
@@ -15,12 +16,12 @@ from .usage import UsageMatchesTokens
 DEFAULT_CHECKERS = (NoSilentLoss, StreamWellFormed, UsageMatchesTokens, NoDuplicateExecution,
                     CanaryDeterminism, StreamContinuity,
                     LatencySLO, Goodput, ErrorRate, Availability, Recovery, RestartReadiness,
-                    HealthTruthful, CountersMonotonic, LeakBound)
+                    Failover, HealthTruthful, CountersMonotonic, LeakBound)
 
 __all__ = ["Checker", "Result", "RunContext", "merge_valid", "run_checker", "CheckerSettings",
            "SLOTargets",
            "NoSilentLoss", "StreamWellFormed", "UsageMatchesTokens", "NoDuplicateExecution", "CanaryDeterminism",
            "StreamContinuity",
            "LatencySLO", "Goodput", "ErrorRate", "Availability", "Recovery",
-           "RestartReadiness", "HealthTruthful", "CountersMonotonic", "LeakBound",
+           "RestartReadiness", "Failover", "HealthTruthful", "CountersMonotonic", "LeakBound",
            "DEFAULT_CHECKERS", "PLANTED", "ExcludingPlanted", "PlantedDetected", "with_planted"]

@@ -35,6 +35,12 @@ class SLOTargets:
     after_heal_s: float = 30.0  # length of the after-heal window
     recovery_bound_s: float = 30.0  # the SLO must hold again this soon after a heal
     restart_bound_s: float = 240.0  # a killed node must serve again this soon
+    # failover: a replica that stopped answering gets no new request after
+    # this long (a router that checks health every second and ejects after a
+    # few failed checks needs a few seconds), and is taken back this soon
+    # after its heal (invariants.failover)
+    failover_bound_s: float = 5.0
+    readmission_bound_s: float = 30.0
 
     @classmethod
     def from_file(cls, path: str | Path) -> "SLOTargets":

@@ -169,10 +169,32 @@ def section_invariants(summary: dict[str, Any], data: ReportData | None) -> str:
     linked = {c.index for c in data.contexts} if data else set()
     rows = "".join(
         f"<tr><td>{_e(i.get('name'))}</td>{_valid_cell(i.get('valid'))}"
-        f"<td>{_figures(i.get('details'))}</td>"
+        f"<td>{_known(i.get('known'))}{_figures(i.get('details'))}</td>"
         f"<td>{_counterexamples(i.get('counterexamples'), linked)}</td></tr>" for i in invs)
     return ('<h2>Invariants</h2><table id="invariants"><tr><th>invariant</th><th>valid</th>'
-            f"<th>key figures</th><th>counterexamples</th></tr>{rows}</table>")
+            f"<th>key figures</th><th>counterexamples</th></tr>{rows}</table>"
+            + _known_findings(summary.get("known_findings")))
+
+
+def _known(findings: Any) -> str:
+    """A failure the known-findings file covers: said first, with why."""
+    if not isinstance(findings, list):
+        return ""
+    return "".join(f'<p class="known"><b>known finding</b> (not in the verdict): '
+                   f"{_e(f.get('reason'))}; tracked: {_e(f.get('tracked'))}</p>"
+                   for f in findings if isinstance(f, dict))
+
+
+def _known_findings(known: Any) -> str:
+    if not isinstance(known, dict):
+        return ""
+    not_seen = "".join(f"<li>{_e(f.get('invariant'))} under {_e(f.get('fault'))}@"
+                       f"{_e(f.get('target'))}: {_e(f.get('reason'))}</li>"
+                       for f in known.get("not_seen") or [] if isinstance(f, dict))
+    return (f'<p class="small" id="known-findings">known findings: {_e(known.get("file"))} '
+            f"({_e(known.get('chosen_by'))}), {len(known.get('matched') or [])} matched"
+            + (f"; listed but not seen although their fault was injected:<ul>{not_seen}</ul>"
+               if not_seen else "") + "</p>")
 
 
 def _shades(data: ReportData) -> list[Shade]:

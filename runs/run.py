@@ -25,6 +25,7 @@ from faults.nemesis import FaultWindow, inject_then_heal, run_schedule
 from faults.schedule import Step
 from invariants import CheckerSettings, Result, RunContext
 from invariants.base import check_all
+from invariants.known import KnownFindings
 from load.health_probe import HealthProbe
 from load.monitor import Monitor
 from load.router_watch import DEFAULT_GRACE_S, RouterGone, RouterWatch
@@ -65,6 +66,9 @@ class OrdealRun:
         self.errors: list[str] = []
         self.summary: dict[str, Any] | None = None
         self.checker_settings = CheckerSettings()  # set by the plugin: SLO targets etc.
+        # Failures already known of this stack (--known-findings, or the file
+        # shipped for the embedded stack): reported, out of the verdict.
+        self.known_findings: KnownFindings | None = None
         # The settings check() was given instead, if any: summary.json
         # "settings" says what the run was judged with.
         self.judged_settings: CheckerSettings | None = None
@@ -306,12 +310,15 @@ class OrdealRun:
         if error:
             self.errors.append(error)
         self.history.close()
+        invariants = [r.to_dict() for r in self.results]
+        faults = [w.to_dict() for w in self.windows]
+        if self.known_findings is not None:
+            self.summary_extra["known_findings"] = self.known_findings.apply(invariants, faults)
         self.summary = build_summary(
             run_id=self.run_id, suite=self.suite, started=self.started, ended=utc_iso(),
             cluster=self.cluster.describe() if self.cluster else {},
             counts=self.history.counts, nemesis_counts=self.history.nemesis_counts,
-            faults=[w.to_dict() for w in self.windows],
-            invariants=[r.to_dict() for r in self.results],
+            faults=faults, invariants=invariants,
             workload=spec_to_dict(self.workload) if self.workload else {},
             errors=self.errors, schedule=self.schedule,
             duration_s=time.monotonic() - self._t0)

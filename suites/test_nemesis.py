@@ -66,6 +66,10 @@ def test_seeded_schedule_of_tolerable_faults(ordeal_config, ordeal_unrunnable_ki
     assert mine == []
     # At least 60% of what the workload (the suite's, or --workload's) plans.
     assert summary["ops"]["invoked"] >= ordeal_run.expected_requests(0.6), summary["ops"]
-    for r in results:
-        assert r.valid is True, r.to_dict()
+    assert {i["name"] for i in summary["invariants"]} >= {r.name for r in results}
+    for i in summary["invariants"]:
+        # Valid, or a failure the known-findings file lists (--known-findings;
+        # by default the file shipped for the embedded stack): reported, and
+        # out of the verdict.
+        assert i["valid"] is True or i.get("known"), i
     assert summary["verdict"] == "pass"

@@ -60,6 +60,10 @@ def test_kill_and_restart_one_replica_under_load(ordeal_run, ordeal_config, orde
     assert {"no_silent_loss", "canary_determinism", "slo_latency", "goodput", "error_rate",
             "availability", "recovery", "restart_readiness", "counters_monotonic",
             "leak_bound"} <= served  # on every engine
-    for r in results:
-        assert r.valid is True, r.to_dict()
+    assert {i["name"] for i in summary["invariants"]} >= {r.name for r in results}
+    for i in summary["invariants"]:
+        # Valid, or a failure the known-findings file lists (--known-findings;
+        # by default the file shipped for the embedded stack): reported, and
+        # out of the verdict.
+        assert i["valid"] is True or i.get("known"), i
     assert summary["verdict"] == "pass"

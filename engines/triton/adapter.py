@@ -45,6 +45,7 @@ from invariants import (
     CanaryDeterminism,
     CountersMonotonic,
     ErrorRate,
+    Failover,
     Goodput,
     LatencySLO,
     LeakBound,
@@ -228,8 +229,8 @@ class TritonEngine:
 
     def checkers(self) -> list[Any]:
         common = [NoSilentLoss(), CanaryDeterminism(), LatencySLO(), Goodput(), ErrorRate(),
-                  Availability(), Recovery(), RestartReadiness(), CountersMonotonic(),
-                  LeakBound()]
+                  Availability(), Recovery(), RestartReadiness(), Failover(),
+                  CountersMonotonic(), LeakBound()]
         return common if self.user_repo is not None else [*common, SequenceConsistent()]
 
     def f_models(self) -> dict[str, str]:

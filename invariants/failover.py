@@ -1,0 +1,220 @@
+"""Failover: when a replica stops answering, the router must stop sending it
+new requests soon, and take it back after the heal.
+
+For every fault window on a replica that stops it answering (``STOPS``:
+kill, pause, partition, and Ray's node faults; the target is the replica, or
+a ``router-replica-N`` link of the fault proxy), from the evidence the
+history has, the node each answer names (vLLM: ``x-ordeal-node``; Triton:
+the model's ``node`` output or HAProxy's ``x-ordeal-node``):
+
+- *sent to the failed replica*: a request invoked after the window began
+  and before its heal began that the failed replica answered (a paused or
+  cut replica answers once it is back) or that ended ``fail``/``info``
+  without any node's answer (a killed replica answers nothing; the router
+  passes its refusal or timeout on). A request that another replica
+  answered was not sent there. Requests already in flight when the fault
+  began are not counted: they were routed before it.
+- *ejection time*: from the window's start to the invoke of the last such
+  request (0 when none was sent there). Each request sent there after
+  ``failover_bound_s`` (``[slo]`` in the SLO file) is a counterexample: the
+  router kept sending to a replica that had stopped answering for longer
+  than a router with working health checks needs.
+- *re-admission time*: from the heal's end to the invoke of the first
+  request the healed replica answered ``ok``. A replica never taken back
+  while the load ran on for more than ``readmission_bound_s`` after the heal
+  is a counterexample; with less load after it the time is ``None`` and not
+  judged.
+
+Figures per window (the latest ``MAX_WINDOW_ROWS`` shown, all of them in
+the maxima). No window of that kind: ``unknown`` is not claimed; the
+checker is valid with ``windows: 0`` (nothing to fail over), as the report
+shows. A request without a node in its answer that ended ``ok`` cannot be
+placed and is counted in ``unplaced``.
+
+Memory: the invoke time of each request in flight, one row per shown
+window, at most ``MAX_COUNTEREXAMPLES`` counterexamples.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from typing import Any
+
+from ordeal.history.ops import HARNESS, Op
+from ordeal.history.windows import CLOSED, HEALING, INJECT_FAILED, OPENED, FaultWindows
+
+from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
+from .planted import is_withdrawn
+
+#: Fault kinds after which the target answers nothing until the heal.
+STOPS = frozenset({"process_kill", "process_pause", "network_partition", "ray_node_loss",
+                   "ray_node_pause", "ray_node_partition"})
+MAX_WINDOW_ROWS = 32
+_LINK = re.compile(r"^router-(replica-\d+)(-grpc)?$")
+
+
+def victim_of(target: str) -> str | None:
+    """The replica a fault on ``target`` stops: itself, or the far end of a
+    router->replica link; None for any other target (the router, a client
+    link: no failover to judge)."""
+    if re.fullmatch(r"replica-\d+", target):
+        return target
+    m = _LINK.match(target)
+    return m.group(1) if m else None
+
+
+class _Row:
+    __slots__ = ("label", "kind", "victim", "start_ns", "heal_ns", "end_ns", "inject_failed",
+                 "sent", "late", "last_sent_ns", "readmitted_ns", "label_wall")
+
+    def __init__(self, label: str, kind: str, victim: str, start_ns: int, wall: str):
+        self.label, self.kind, self.victim = label, kind, victim
+        self.start_ns, self.label_wall = start_ns, wall
+        self.heal_ns: int | None = None  # heal/begin: from here on it may answer again
+        self.end_ns: int | None = None  # heal/end
+        self.inject_failed = False
+        self.sent = self.late = 0
+        self.last_sent_ns: int | None = None
+        self.readmitted_ns: int | None = None
+
+    def covers(self, t: int) -> bool:
+        """Invoked while the replica was down (after the start, before the heal)."""
+        return t >= self.start_ns and (self.heal_ns is None or t < self.heal_ns)
+
+
+class Failover(StreamingChecker):
+    name = "failover"
+    pure_result = True
+
+    def start(self, ctx: RunContext) -> None:
+        super().start(ctx)
+        self.bound_ns = int(ctx.settings.slo.failover_bound_s * 1e9)
+        self.readmit_ns = int(ctx.settings.slo.readmission_bound_s * 1e9)
+        self.faults = FaultWindows(keep=0)
+        self.invoked: dict[Any, int] = {}
+        self.rows: OrderedDict[str, _Row] = OrderedDict()
+        self.dropped = 0
+        self.windows = 0
+        self.max_ejection_ns = 0
+        self.max_readmission_ns: int | None = None
+        self.not_readmitted = 0
+        self.unplaced = 0
+        self.last_invoke_ns = 0
+        self.examples: list[dict[str, Any]] = []
+        self.late_total = 0
+
+    def _on_harness(self, op: Op) -> None:
+        change = self.faults.feed(op)
+        if change is None:
+            return
+        w = change.window
+        victim = victim_of(w.target)
+        if w.kind not in STOPS or victim is None:
+            return
+        if change.what == OPENED:
+            self.windows += 1
+            self.rows[w.label] = _Row(w.label, w.kind, victim, w.start_ns, w.start_wall)
+            if len(self.rows) > MAX_WINDOW_ROWS:
+                self._retire(self.rows.popitem(last=False)[1])
+                self.dropped += 1
+            return
+        row = self.rows.get(w.label)
+        if row is None:
+            return
+        if change.what == INJECT_FAILED:
+            row.inject_failed = True
+        elif change.what == HEALING and row.heal_ns is None:
+            row.heal_ns = op.time_ns
+        elif change.what == CLOSED:
+            row.end_ns = op.time_ns
+            if row.heal_ns is None:
+                row.heal_ns = op.time_ns
+
+    def feed(self, op: Op) -> None:
+        if op.process in HARNESS:
+            self._on_harness(op)
+            return
+        if op.type == "invoke":
+            self.invoked[op.process] = op.time_ns
+            self.last_invoke_ns = max(self.last_invoke_ns, op.time_ns)
+            return
+        t = self.invoked.pop(op.process, None)
+        if t is None or is_withdrawn(op) or op.value.get("gap"):
+            return
+        node = op.value.get("node")
+        if op.type == "ok" and node is None:
+            self.unplaced += 1
+            return
+        for row in self.rows.values():
+            if row.inject_failed:
+                continue
+            if row.covers(t) and (node == row.victim or (op.type != "ok" and node is None)):
+                self._sent(row, op, t, node)
+            elif (op.type == "ok" and node == row.victim and row.end_ns is not None
+                  and t >= row.end_ns and row.readmitted_ns is None):
+                row.readmitted_ns = t
+
+    def _sent(self, row: _Row, op: Op, t: int, node: str | None) -> None:
+        row.sent += 1
+        row.last_sent_ns = t if row.last_sent_ns is None else max(row.last_sent_ns, t)
+        after = t - row.start_ns
+        if after > self.bound_ns:
+            row.late += 1
+            self.late_total += 1
+            if len(self.examples) < MAX_COUNTEREXAMPLES:
+                self.examples.append({
+                    "problem": f"sent to {row.victim} {after / 1e9:.1f}s after "
+                               f"{row.kind} began (bound {self.bound_ns / 1e9:g}s)",
+                    "window": row.label, "answered_by": node, **op_brief(op)})
+
+    def _retire(self, row: _Row) -> dict[str, Any]:
+        """A window's figures (and its share of the maxima)."""
+        ejection = (row.last_sent_ns - row.start_ns) if row.last_sent_ns is not None else 0
+        self.max_ejection_ns = max(self.max_ejection_ns, ejection)
+        readmission = None
+        if row.readmitted_ns is not None and row.end_ns is not None:
+            readmission = row.readmitted_ns - row.end_ns
+            self.max_readmission_ns = max(self.max_readmission_ns or 0, readmission)
+        never = (row.end_ns is not None and row.readmitted_ns is None
+                 and self.last_invoke_ns - row.end_ns > self.readmit_ns)
+        if never:
+            self.not_readmitted += 1
+            if len(self.examples) < MAX_COUNTEREXAMPLES:
+                self.examples.append({
+                    "problem": f"{row.victim} was not taken back: no request it answered in "
+                               f"the {(self.last_invoke_ns - row.end_ns) / 1e9:.0f}s of load "
+                               f"after {row.kind} healed (bound {self.readmit_ns / 1e9:g}s)",
+                    "window": row.label})
+        return {"kind": row.kind, "replica": row.victim, "begin_wall": row.label_wall,
+                "inject_failed": row.inject_failed, "sent_while_down": row.sent,
+                "sent_after_bound": row.late, "ejection_s": round(ejection / 1e9, 3),
+                "readmission_s": None if readmission is None else round(readmission / 1e9, 3),
+                "not_readmitted": never}
+
+    def result(self) -> Result:
+        shown = {label: self._retire(row) for label, row in self.rows.items()}
+        # Every violation by its window, for a known-findings file to match
+        # (the counterexamples are cut at MAX_COUNTEREXAMPLES); those of
+        # windows no longer shown are in "violations" only, so no finding
+        # can cover them.
+        by_window = {label: w["sent_after_bound"] + int(w["not_readmitted"])
+                     for label, w in shown.items()
+                     if w["sent_after_bound"] or w["not_readmitted"]}
+        details: dict[str, Any] = {
+            "windows": self.windows,
+            "max_ejection_s": round(self.max_ejection_ns / 1e9, 3),
+            "max_readmission_s": (None if self.max_readmission_ns is None
+                                  else round(self.max_readmission_ns / 1e9, 3)),
+            "sent_after_bound": self.late_total,
+            "not_readmitted": self.not_readmitted,
+            "failover_bound_s": self.bound_ns / 1e9,
+            "readmission_bound_s": self.readmit_ns / 1e9,
+            "unplaced": self.unplaced,
+            "violations": self.late_total + self.not_readmitted,
+            "violations_by_window": by_window,
+            "windows_shown": shown,
+            "windows_not_shown": self.dropped,
+        }
+        bad = self.late_total or self.not_readmitted
+        return Result(self.name, not bad, details, list(self.examples))
