@@ -25,6 +25,10 @@ the model's ``node`` output or HAProxy's ``x-ordeal-node``):
   is a counterexample; with less load after it the time is ``None`` and not
   judged.
 
+A fault on the only replica that answered in the run (one replica, or the
+others never answered) is not judged: there was nowhere to fail over to
+(``windows_on_the_only_replica``; its figures are still shown).
+
 Figures per window (the latest ``MAX_WINDOW_ROWS`` shown, all of them in
 the maxima). No window of that kind: ``unknown`` is not claimed; the
 checker is valid with ``windows: 0`` (nothing to fail over), as the report
@@ -66,7 +70,7 @@ def victim_of(target: str) -> str | None:
 
 class _Row:
     __slots__ = ("label", "kind", "victim", "start_ns", "heal_ns", "end_ns", "inject_failed",
-                 "sent", "late", "last_sent_ns", "readmitted_ns", "label_wall")
+                 "sent", "late", "last_sent_ns", "readmitted_ns", "label_wall", "examples")
 
     def __init__(self, label: str, kind: str, victim: str, start_ns: int, wall: str):
         self.label, self.kind, self.victim = label, kind, victim
@@ -77,6 +81,7 @@ class _Row:
         self.sent = self.late = 0
         self.last_sent_ns: int | None = None
         self.readmitted_ns: int | None = None
+        self.examples: list[dict[str, Any]] = []  # its late requests (the first few)
 
     def covers(self, t: int) -> bool:
         """Invoked while the replica was down (after the start, before the heal)."""
@@ -103,6 +108,8 @@ class Failover(StreamingChecker):
         self.last_invoke_ns = 0
         self.examples: list[dict[str, Any]] = []
         self.late_total = 0
+        self.nodes: set[str] = set()  # every replica seen answering
+        self.alone = 0  # windows on the only replica: nowhere to fail over to
 
     def _on_harness(self, op: Op) -> None:
         change = self.faults.feed(op)
@@ -143,6 +150,8 @@ class Failover(StreamingChecker):
         if t is None or is_withdrawn(op) or op.value.get("gap"):
             return
         node = op.value.get("node")
+        if op.type == "ok" and node is not None:
+            self.nodes.add(node)
         if op.type == "ok" and node is None:
             self.unplaced += 1
             return
@@ -161,22 +170,29 @@ class Failover(StreamingChecker):
         after = t - row.start_ns
         if after > self.bound_ns:
             row.late += 1
-            self.late_total += 1
-            if len(self.examples) < MAX_COUNTEREXAMPLES:
-                self.examples.append({
+            if len(row.examples) < MAX_COUNTEREXAMPLES:
+                row.examples.append({
                     "problem": f"sent to {row.victim} {after / 1e9:.1f}s after "
                                f"{row.kind} began (bound {self.bound_ns / 1e9:g}s)",
                     "window": row.label, "answered_by": node, **op_brief(op)})
 
     def _retire(self, row: _Row) -> dict[str, Any]:
-        """A window's figures (and its share of the maxima)."""
+        """A window's figures (and its share of the maxima and the
+        counterexamples). A fault on the only replica that ever answered
+        is not judged: there was nowhere else to send."""
+        alone = not (self.nodes - {row.victim})
+        if alone:
+            self.alone += 1
+        else:
+            self.late_total += row.late
+            self.examples.extend(row.examples[:MAX_COUNTEREXAMPLES - len(self.examples)])
         ejection = (row.last_sent_ns - row.start_ns) if row.last_sent_ns is not None else 0
         self.max_ejection_ns = max(self.max_ejection_ns, ejection)
         readmission = None
         if row.readmitted_ns is not None and row.end_ns is not None:
             readmission = row.readmitted_ns - row.end_ns
             self.max_readmission_ns = max(self.max_readmission_ns or 0, readmission)
-        never = (row.end_ns is not None and row.readmitted_ns is None
+        never = (not alone and row.end_ns is not None and row.readmitted_ns is None
                  and self.last_invoke_ns - row.end_ns > self.readmit_ns)
         if never:
             self.not_readmitted += 1
@@ -188,7 +204,8 @@ class Failover(StreamingChecker):
                     "window": row.label})
         return {"kind": row.kind, "replica": row.victim, "begin_wall": row.label_wall,
                 "inject_failed": row.inject_failed, "sent_while_down": row.sent,
-                "sent_after_bound": row.late, "ejection_s": round(ejection / 1e9, 3),
+                "sent_after_bound": 0 if alone else row.late, "no_other_replica": alone,
+                "ejection_s": round(ejection / 1e9, 3),
                 "readmission_s": None if readmission is None else round(readmission / 1e9, 3),
                 "not_readmitted": never}
 
@@ -211,6 +228,7 @@ class Failover(StreamingChecker):
             "failover_bound_s": self.bound_ns / 1e9,
             "readmission_bound_s": self.readmit_ns / 1e9,
             "unplaced": self.unplaced,
+            "windows_on_the_only_replica": self.alone,
             "violations": self.late_total + self.not_readmitted,
             "violations_by_window": by_window,
             "windows_shown": shown,

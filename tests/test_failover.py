@@ -159,3 +159,18 @@ def test_no_fault_is_valid_with_no_windows_and_memory_is_bounded():
 
 def test_failover_is_a_default_checker():
     assert Failover in DEFAULT_CHECKERS
+
+
+def test_a_fault_on_the_only_replica_is_not_judged():
+    p = Plan()
+    t = 0.0
+    while t < 40:
+        p.request(t, t + 0.1, "replica-0" if not 1 <= t < 12 else None,
+                  "ok" if not 1 <= t < 12 else "fail", None if not 1 <= t < 12 else "HTTP 502")
+        t += 0.5
+    p.fault(1, 12, kind="process_kill", target="replica-0")
+    r = p.judge()
+    assert r.valid is True and r.details["windows_on_the_only_replica"] == 1
+    [w] = r.details["windows_shown"].values()
+    assert w["no_other_replica"] is True and w["sent_while_down"] > 0
+    assert w["sent_after_bound"] == 0 and r.details["violations"] == 0
