@@ -162,6 +162,28 @@ def _stack(cluster: dict[str, Any], nodes: list[dict[str, Any]]) -> str:
                if commands else ""))
 
 
+def section_findings(summary: dict[str, Any]) -> str:
+    """What the system did wrong, first (summary.json ``findings``)."""
+    found = [f for f in summary.get("findings") or [] if isinstance(f, dict)]
+    if not found:
+        return ""
+    items = []
+    for f in found:
+        known = f.get("known")
+        tag = (f'<span class="valid-unknown">known</span> ({_e("; ".join(map(str, known)), 300)}): '
+               if known else '<span class="valid-false">new</span>: ')
+        examples = ", ".join(
+            (f'<a href="#op-{e["index"]}">op {e["index"]}</a>' if isinstance(e.get("index"), int)
+             else _e(e.get("window"))) for e in f.get("examples") or [] if isinstance(e, dict))
+        figures = " · ".join(f"{_e(k)}={_e(v, 80)}" for k, v in (f.get("figures") or {}).items())
+        items.append(f"<li>{tag}<b>{_e(f.get('invariant'))}</b>: {_e(f.get('what'), 400)}"
+                     f'<br><span class="small">{figures}</span>'
+                     + (f'<br><span class="small">examples: {examples}</span>' if examples else "")
+                     + (f'<br><span class="mono">replay: {_e(f.get("replay"), 400)}</span>'
+                        if f.get("replay") else "") + "</li>")
+    return f'<h2 id="findings">Findings</h2><ul>{"".join(items)}</ul>'
+
+
 def section_invariants(summary: dict[str, Any], data: ReportData | None) -> str:
     invs = [i for i in summary.get("invariants") or [] if isinstance(i, dict)]
     if not invs:
@@ -422,7 +444,7 @@ def build_page(run_dir: Path) -> str:
     else:
         problems.append(f"{history} is missing")
     parts = []
-    for make in (lambda: section_minimal_schedule(run_dir),
+    for make in (lambda: section_findings(summary), lambda: section_minimal_schedule(run_dir),
                  lambda: section_invariants(summary, data), lambda: section_plots(data),
                  lambda: section_faults(summary, data), lambda: section_gpu(summary),
                  lambda: section_contexts(data)):

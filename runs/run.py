@@ -34,6 +34,7 @@ from load.workload_file import WorkloadFile
 from ordeal.history.ops import MONITOR, NEMESIS, Op, utc_iso
 from ordeal.history.reader import read_history
 from ordeal.history.writer import History
+from reports.findings import findings_of
 from reports.html import render_report
 from reports.run_dir import RunDir
 from reports.summary import build_summary
@@ -333,6 +334,7 @@ class OrdealRun:
         self.summary["settings"] = dataclasses.asdict(self.judged_settings
                                                       or self.checker_settings)
         self.summary.update(self.summary_extra)
+        self.summary["findings"] = findings_of(self.summary)
         self.run_dir.write_summary(self.summary)
         render_report(self.run_dir.path)  # never raises: damage is noted in the page
         if first or error:
