@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Collection
 
-from ordeal.config import ConfigError
+from ordeal.config import ConfigError, read_input
 
 from .base import MAX_COUNTEREXAMPLES
 
@@ -163,13 +163,8 @@ def read_known_findings(path: str | Path, invariants: Collection[str] = INVARIAN
     may name (a misspelt one would never match and hide nothing)."""
     p = Path(path)
     where = f"known-findings file {p}"
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError as e:
-        raise ConfigError(f"{where}: no such file; give a TOML file of [[finding]] tables "
-                          "(README: Known findings), or leave --known-findings out") from e
-    except OSError as e:
-        raise ConfigError(f"{where}: cannot read it ({e})") from e
+    raw = read_input(p, where, "give a TOML file of [[finding]] tables (README: Known "
+                               "findings), or leave --known-findings out")
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:

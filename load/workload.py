@@ -67,7 +67,7 @@ import aiohttp
 from faults.base import FaultError
 from faults.safety import require_ours
 from load.sse import SSEParser, StreamRecorder
-from ordeal.config import ConfigError
+from ordeal.config import ConfigError, read_input
 from ordeal.history.writer import History, HistoryWriteError
 from ordeal.topology import Endpoint as Address
 
@@ -222,17 +222,6 @@ class Dataset:
         return {"path": self.path, "sha256": self.sha256,
                 "entries": len(self.conversations),
                 "turns": sum(len(c) for c in self.conversations)}
-
-
-def read_input(p: Path, where: str, fix: str) -> bytes:
-    """The bytes of a file the user named; a ``ConfigError`` that names it
-    (``where``) and, when it is missing, what to give instead (``fix``)."""
-    try:
-        return p.read_bytes()
-    except FileNotFoundError as e:
-        raise ConfigError(f"{where}: no such file; {fix}") from e
-    except OSError as e:
-        raise ConfigError(f"{where}: cannot read it ({e})") from e
 
 
 def load_dataset(path: str | Path) -> Dataset:

@@ -77,9 +77,8 @@ from load.workload import (
     WorkloadSpec,
     describe_spec,
     load_dataset,
-    read_input,
 )
-from ordeal.config import ConfigError
+from ordeal.config import ConfigError, read_input
 
 __all__ = ["PROCESSES", "SCHEMA", "WorkloadFile", "describe_spec", "read_workload_file"]
 

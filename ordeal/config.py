@@ -64,6 +64,17 @@ def redact_env(env: dict[str, str] | tuple[tuple[str, str], ...]) -> dict[str, s
     return {k: ("<redacted>" if SECRET_ENV.search(k) else v) for k, v in items}
 
 
+def read_input(p: Path, where: str, fix: str) -> bytes:
+    """The bytes of a file the user named; a ``ConfigError`` that names it
+    (``where``) and, when it is missing, what to give instead (``fix``)."""
+    try:
+        return p.read_bytes()
+    except FileNotFoundError as e:
+        raise ConfigError(f"{where}: no such file; {fix}") from e
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot read it ({e})") from e
+
+
 def redact_argv(argv: list[str] | tuple[str, ...]) -> list[str]:
     """A command line as a report may show it: the value of a secret-looking
     flag (``--api-key X``, ``--hf-token=X``) replaced."""

@@ -1,3 +1,4 @@
+import contextlib
 import json
 import os
 import subprocess
@@ -7,6 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
+
+from clusters.local import LocalCluster
+from engines.triton.server import check as triton_missing
+from ordeal.config import ClusterSpec
 
 
 @pytest.fixture(autouse=True)
@@ -155,3 +160,15 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(600))
+
+
+@contextlib.contextmanager
+def triton_cluster_of(spec: ClusterSpec, name: str, log_dir: Path):
+    """A real CPU Triton cluster for a test module, or a failure that says
+    what this machine lacks (bash .ci/setup installs it)."""
+    missing = triton_missing()
+    if missing:
+        pytest.fail("a CPU Triton node cannot start here (run bash .ci/setup): "
+                    + "; ".join(missing))
+    with LocalCluster(spec, name, log_dir, progress=lambda m: None) as cluster:
+        yield cluster

@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from clusters.local import LocalCluster
+from conftest import triton_cluster_of
 from engines.base import COMMON_METRICS, ClientCounts
 from engines.triton.client import JumpControl, SequencePlanner, Step, jumped
 from engines.triton.generate_client import TritonGenerateClient
@@ -184,13 +184,8 @@ def test_the_router_config_is_valid_haproxy(tmp_path):
 
 @pytest.fixture(scope="module")
 def triton_cluster(tmp_path_factory):
-    missing = check()
-    if missing:
-        pytest.fail("a CPU Triton node cannot start here (run bash .ci/setup): "
-                    + "; ".join(missing))
-    log_dir = tmp_path_factory.mktemp("triton-cluster")
-    with LocalCluster(ClusterSpec(engine="triton", replicas=2), "test-triton", log_dir,
-                      progress=lambda m: None) as cluster:
+    with triton_cluster_of(ClusterSpec(engine="triton", replicas=2), "test-triton",
+                           tmp_path_factory.mktemp("triton-cluster")) as cluster:
         yield cluster
 
 

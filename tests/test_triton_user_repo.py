@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from clusters.local import LocalCluster
+from conftest import triton_cluster_of
 from engines.triton.adapter import TritonEngine
 from engines.triton.generate_client import _take, chat_text, generate_body
-from engines.triton.server import check
 from engines.triton.user_repo import read_user_repository
 from load.workload import PlannedRequest, WorkloadSpec
 from ordeal.config import ClusterSpec, ConfigError
@@ -120,13 +119,9 @@ needs_cluster = pytest.mark.cluster
 
 @pytest.fixture(scope="module")
 def user_cluster(tmp_path_factory):
-    missing = check()
-    if missing:
-        pytest.fail("a CPU Triton node cannot start here (run bash .ci/setup): "
-                    + "; ".join(missing))
     spec = ClusterSpec(engine="triton", replicas=2, triton_model_repo=str(EXAMPLE))
-    with LocalCluster(spec, "test-triton-user", tmp_path_factory.mktemp("triton-user"),
-                      progress=lambda m: None) as cluster:
+    with triton_cluster_of(spec, "test-triton-user",
+                           tmp_path_factory.mktemp("triton-user")) as cluster:
         yield cluster
 
 
