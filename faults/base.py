@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import pwd
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from .ledger import Ledger, LedgerEntry
@@ -35,6 +36,21 @@ class FaultError(RuntimeError):
 class PrivilegeError(FaultError):
     """A fault that needs root, asked of a harness that is not root. Raised
     before the ledger or the system is touched."""
+
+
+@dataclass(frozen=True)
+class Effect:
+    """What a fault's observation found in the system's state while the
+    fault was still in: whether it acted (``effective``), the figures that
+    say so, and what was looked at. A chaos run whose fault did nothing has
+    proven nothing; invariants.fault_effective judges these."""
+
+    effective: bool
+    how: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"effective": self.effective, "how": self.how, "evidence": self.evidence}
 
 
 def is_root() -> bool:
@@ -122,6 +138,28 @@ class Fault(ABC):
         """What ``undo`` did for heal-all, in one line."""
         return f"{healed(entry)}: {done or 'nothing to undo'}"
 
+    def observe(self) -> Effect | None:
+        """Look at the system's state, while the fault is still in, for its
+        effect: a killed node's port refusing, a paused group in state T,
+        packets matched by the chain, what the toxic acted on, a throttled
+        cgroup, memory taken. Never the tool's own answer (that the rule was
+        added, the signal sent). Called by ``heal`` just before it undoes
+        the fault, when the evidence is at its fullest. None: this kind's
+        effect is judged from the history instead (clock_drift: the answers'
+        ``created`` stamps) or cannot be seen from here; fault_effective
+        says which."""
+        return None
+
+    def _observed(self) -> dict[str, Any] | None:
+        """``observe`` for the heal's result: an observation that fails is
+        recorded as such (effective None, with the error); the heal goes on."""
+        try:
+            effect = self.observe()
+        except Exception as e:  # noqa: BLE001 - the heal matters more than the figure
+            return {"effective": None, "how": "the observation failed",
+                    "error": f"{type(e).__name__}: {e}"}
+        return None if effect is None else effect.to_dict()
+
     def _recover(self) -> dict[str, Any]:
         """After ``undo``, in a live run only: bring back what needs the live
         cluster (restart a killed node, wait until it serves). A crashed
@@ -151,11 +189,15 @@ class Fault(ABC):
     def heal(self) -> dict[str, Any]:
         if self.entry is None:
             return {"kind": self.kind, "target": self.target, "already_healed": True}
+        effect = self._observed()
         done = {**self.undo(self.entry), **self._recover()}
         fault_id = self.entry.id
         self.ledger.remove(fault_id)
         self.entry = None
-        return {"kind": self.kind, "target": self.target, "fault_id": fault_id, **done}
+        out = {"kind": self.kind, "target": self.target, "fault_id": fault_id, **done}
+        if effect is not None:
+            out["effect"] = effect
+        return out
 
     def __enter__(self) -> "Fault":
         self.inject()

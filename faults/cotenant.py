@@ -51,7 +51,7 @@ from ordeal.procfs import status_kb
 from ordeal.topology import Node
 from ordeal.workers import visible_gpus
 
-from .base import Fault, FaultError, healed
+from .base import Effect, Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
 from .safety import require_running
 
@@ -340,6 +340,31 @@ class CotenantFault(Fault):
         self.ledger.record(self.entry)  # same id: now with pid and start time
         return {"analog": analog, "helper_pid": self.helper.pid,
                 "helper_argv": " ".join(argv[1:]), "ready": ready_info(self.helper), **details}
+
+    def observe(self) -> Effect:
+        """The co-tenant runs and holds what it was started for: host RAM
+        resident (memory), device memory used, or the device busy (NVML)."""
+        assert self._plan is not None and self.entry is not None
+        rec = self.entry.inverse["helper"]
+        pids = _helper_pids(rec)
+        analog, details = self._plan[1], self._plan[2]
+        evidence: dict[str, Any] = {"analog": analog, "helper_pids": pids}
+        if not pids:
+            return Effect(False, "the co-tenant helper's process", evidence)
+        if analog == "memory-hog":
+            rss = sum(rss_bytes(p) for p in pids)
+            evidence.update(rss_mb=rss >> 20, asked_mb=details["mb"])
+            return Effect(rss >= 0.9 * details["mb"] * 2**20,
+                          "the helper's resident memory (VmRSS)", evidence)
+        sample = nvml_sample(self.physical_gpu or 0)
+        evidence.update(mem_used_mb=sample.mem_used_mb, mem_total_mb=sample.mem_total_mb,
+                        util_gpu_pct=sample.util_gpu_pct,
+                        clocks_event_reasons=sample.clocks_event_reasons)
+        if analog == "cuda-memory":
+            return Effect(sample.mem_used_mb >= 0.9 * details["fraction"] * sample.mem_total_mb,
+                          "the device's used memory (NVML)", evidence)
+        return Effect(sample.util_gpu_pct >= 50, "the device's utilisation (NVML) with the "
+                      "co-tenant running", evidence)
 
     @classmethod
     def undo(cls, entry: LedgerEntry) -> dict[str, Any]:

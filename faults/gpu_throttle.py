@@ -20,12 +20,13 @@ used (``cuda-matmul`` or ``cpu-quota``), with the quota.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ordeal.topology import Node
 
 from . import cgroup
-from .base import healed
+from .base import Effect, healed
 from .cotenant import CotenantFault, helper_argv
 from .ledger import Ledger, LedgerEntry
 from .safety import require_running
@@ -95,6 +96,19 @@ class GpuThrottle(CotenantFault):
         return {"analog": CPU_QUOTA, "cgroup": q["dir"], "cpu_fraction": q["fraction"],
                 "quota_us": q["quota_us"], "period_us": q["period_us"], "ncpus": q["ncpus"],
                 "moved_pids": moved}
+
+    def observe(self) -> Effect:
+        """On a CPU machine: the quota bit (the cgroup's cpu.stat counts
+        throttled periods) and the node's processes are in it."""
+        if self._quota is None:
+            return super().observe()
+        directory = Path(self._quota["dir"])
+        stat = cgroup.cpu_stat(directory)
+        throttled = stat.get("nr_throttled", 0)
+        return Effect(throttled > 0 and bool(cgroup.procs_in(directory)),
+                      "the cgroup's throttled periods (cpu.stat) and its processes",
+                      {"nr_throttled": throttled, "nr_periods": stat.get("nr_periods"),
+                       "processes": len(cgroup.procs_in(directory)), "cgroup": str(directory)})
 
     @classmethod
     def undo(cls, entry: LedgerEntry) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from typing import Any
 
 from ordeal.topology import Endpoint, Node
 
-from .base import Fault, FaultError, healed
+from .base import Effect, Fault, FaultError, healed
 from .containers import container_pid
 from .ledger import Ledger, LedgerEntry
 from .safety import require_ours, require_running
@@ -431,3 +431,12 @@ class ChainFault(Fault):
     def counters(self) -> list[RuleCounter]:
         """This fault's rules and what they matched so far (every place)."""
         return [c for place in self.place_counters() for c in place]
+
+    def observe(self) -> Effect:
+        """Packets the rules that act (``-j DROP``/``REJECT``) matched: a
+        partition of a port nobody uses matches none, and has done nothing."""
+        acting = [c for c in self.counters() if "-j" in c.rule.split()]
+        matched = sum(c.packets for c in acting)
+        return Effect(matched > 0, "the packet counters of the chain's dropping or rejecting "
+                      "rules (iptables -v)",
+                      {"packets_matched": matched, "rules": len(acting), "chain": self.chain})

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from ordeal.topology import Link
 
 from . import safety
-from .base import Fault, FaultError, healed
+from .base import Effect, Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
 from .proxy.client import LinkNotFound, ProxyClient, ProxyError, ProxyUnreachable
 from .proxy.toxics import ToxicError, build_toxic
@@ -109,6 +109,22 @@ class LinkFault(Fault):
             added.append({"toxic": name, "type": spec.type, "direction": spec.direction,
                           "toxicity": spec.toxicity, **spec.attributes})
         return {"link": self.link.name, "toxics": added}
+
+    def observe(self) -> Effect:
+        """What the proxy says each of this fault's toxics acted on (chunks
+        delayed or throttled, connections reset, responses aborted, events
+        changed): a toxic on a link no request crossed did nothing."""
+        link = self.client.link(self.link.name)
+        hits = {t["name"]: int((t.get("counters") or {}).get("hits", 0))
+                for t in link.get("toxics", []) if t.get("name") in self.toxic_names}
+        missing = [n for n in self.toxic_names if n not in hits]
+        evidence: dict[str, Any] = {"toxic_hits": hits,
+                                    "link_connections": (link.get("counters") or {}
+                                                         ).get("connections")}
+        if missing:
+            evidence["toxics_missing"] = missing
+        return Effect(any(hits.values()), "the fault proxy's count of what each toxic acted on "
+                      "(GET /links/NAME)", evidence)
 
     @classmethod
     def undo(cls, entry: LedgerEntry) -> dict[str, Any]:

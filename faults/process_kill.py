@@ -11,14 +11,30 @@ cluster went with its harness and heal-all only closes the entry.
 from __future__ import annotations
 
 import signal
+import socket
 import time
 from typing import Any
 
 from ordeal.procfs import group_members
-from ordeal.topology import Node
+from ordeal.topology import Endpoint, Node
 
-from .base import Fault, FaultError, healed
+from .base import Effect, Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
+
+
+def connect_state(endpoint: Endpoint, timeout_s: float = 2.0) -> str:
+    """What a TCP connect to the endpoint meets: "refused" (nothing
+    listens: a killed node), "accepted" (something serves the port), or
+    "timeout"/the error (the node, or the path to it, swallows packets)."""
+    try:
+        with socket.create_connection((endpoint.host, endpoint.port), timeout=timeout_s):
+            return "accepted"
+    except ConnectionRefusedError:
+        return "refused"
+    except socket.timeout:
+        return "timeout"
+    except OSError as e:
+        return f"{type(e).__name__}: {e}"
 
 
 class ProcessKill(Fault):
@@ -83,6 +99,16 @@ class ProcessKill(Fault):
         if said:
             done["engine_said"] = said
         return done
+
+    def observe(self) -> Effect:
+        """The node is down as the system shows it: no process of it runs
+        and its port refuses connections (before ``_recover`` restarts it)."""
+        running = self.node.is_running()
+        port = connect_state(self.node.endpoint)
+        return Effect(not running and port == "refused",
+                      "the node's processes and a TCP connect to its port",
+                      {"node_running": running, "port": port,
+                       "endpoint": f"{self.node.endpoint.host}:{self.node.endpoint.port}"})
 
     def _recover(self) -> dict[str, Any]:
         if not self.restart or self.node.is_running():

@@ -38,7 +38,7 @@ from ordeal import procfs
 from ordeal.ownership import CLUSTER_ENV, record_of_group
 from ordeal.topology import Node
 
-from .base import Fault, FaultError, healed
+from .base import Effect, Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
 from .safety import require_ours, require_running
 
@@ -219,6 +219,18 @@ class ProcessPause(Fault):
                                "not stopped 10 s after SIGSTOP")
         return {"signal": "SIGSTOP", "pgid": self.entry.inverse["pgid"], "pids": pids,
                 "only": self.only}
+
+    def observe(self) -> Effect:
+        """Each paused process's state as /proc shows it: stopped (T) while
+        the fault is in. One that runs, or that is no longer the recorded
+        process, was not paused."""
+        states = {m.pid: (procfs.state(m.pid) if is_same(m) else None)
+                  for m in self._recorded()}
+        stopped = [p for p, st in states.items() if st in ("T", "t")]
+        return Effect(bool(states) and len(stopped) == len(states),
+                      "the state of each paused process (/proc/PID/stat)",
+                      {"stopped": len(stopped), "processes": len(states),
+                       "states": {str(p): st or "gone" for p, st in states.items()}})
 
     @classmethod
     def undo(cls, entry: LedgerEntry) -> dict[str, Any]:

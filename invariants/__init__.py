@@ -4,6 +4,7 @@ from .base import Checker, Result, RunContext, merge_valid, run_checker
 from .determinism import CanaryDeterminism
 from .duplicates import NoDuplicateExecution
 from .failover import Failover
+from .fault_effective import FaultEffective
 from .no_silent_loss import NoSilentLoss
 from .node_health import CountersMonotonic, HealthTruthful, LeakBound
 from .planted import PLANTED, ExcludingPlanted, PlantedDetected, with_planted
@@ -16,12 +17,12 @@ from .usage import UsageMatchesTokens
 DEFAULT_CHECKERS = (NoSilentLoss, StreamWellFormed, UsageMatchesTokens, NoDuplicateExecution,
                     CanaryDeterminism, StreamContinuity,
                     LatencySLO, Goodput, ErrorRate, Availability, Recovery, RestartReadiness,
-                    Failover, HealthTruthful, CountersMonotonic, LeakBound)
+                    Failover, FaultEffective, HealthTruthful, CountersMonotonic, LeakBound)
 
 __all__ = ["Checker", "Result", "RunContext", "merge_valid", "run_checker", "CheckerSettings",
            "SLOTargets",
            "NoSilentLoss", "StreamWellFormed", "UsageMatchesTokens", "NoDuplicateExecution", "CanaryDeterminism",
            "StreamContinuity",
            "LatencySLO", "Goodput", "ErrorRate", "Availability", "Recovery",
-           "RestartReadiness", "Failover", "HealthTruthful", "CountersMonotonic", "LeakBound",
+           "RestartReadiness", "Failover", "FaultEffective", "HealthTruthful", "CountersMonotonic", "LeakBound",
            "DEFAULT_CHECKERS", "PLANTED", "ExcludingPlanted", "PlantedDetected", "with_planted"]

@@ -328,6 +328,8 @@ def test_gpu_throttle_cpu_quota_drops_throughput_and_heal_restores_it(replica, t
             during_over_before=round(d / b, 2), after_over_before=round(a / b, 2),
             cgroup_cpu_stat=stat)
     assert stat["nr_throttled"] > 0, stat  # the kernel did hold the node back
+    effect = healed["effect"]  # observed before the heal, from the same cpu.stat
+    assert effect["effective"] is True and effect["evidence"]["nr_throttled"] > 0, effect
     assert d < 0.6 * b, (before, during)
     assert a > 1.5 * d and a > 0.6 * b, (before, during, after)
 
@@ -448,7 +450,9 @@ def test_gpu_memory_pressure_cpu_analog_holds_memory_and_heal_releases_it(replic
         assert complete(replica.endpoint.url)["choices"][0]["text"]  # the replica still serves
         avail_before_heal = mem_available_bytes()
     finally:
-        fault.heal()
+        healed = fault.heal()
+    effect = healed["effect"]  # the hog's resident memory, read before it ended
+    assert effect["effective"] is True and effect["evidence"]["rss_mb"] >= 0.9 * mb, effect
     MB = 2**20
     # The kernel folds its per-CPU page counters about once a second.
     t0 = time.monotonic()

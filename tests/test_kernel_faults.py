@@ -403,6 +403,10 @@ def test_partition_cuts_a_real_replica_and_the_heal_restores_it(mode, replica, t
     finally:
         healed = fault.heal()
     assert healed["existed"] is True and healed["jumps_removed"] == 2
+    # The heal's observation, from the chain's own counters before it went.
+    effect = healed["effect"]
+    assert effect["effective"] is True and effect["evidence"]["packets_matched"] >= dropped, \
+        effect
     after = probe(url, completion=True, timeout=30)
     say(f"partition {mode}: after heal, completion ok={after.ok} in {after.seconds:.2f} s")
     assert after.ok and probe(url).ok
@@ -440,6 +444,35 @@ def test_partition_of_several_nodes_cuts_each_and_spares_others(small_node, tmp_
         bystander.stop(grace=5)
 
 
+class AtAnUnusedPort:
+    """A running node seen at a loopback port nobody listens on: a partition
+    of it is real iptables rules that no packet ever meets."""
+
+    def __init__(self, node, port: int):
+        self.name, self.role, self.node = "unused-port", "replica", node
+        self.endpoint = Endpoint("127.0.0.1", port)
+
+    def is_running(self) -> bool:
+        return self.node.is_running()
+
+
+@needs_iptables
+def test_a_partition_of_a_port_nobody_uses_observes_no_effect(small_node, tmp_path):
+    ledger = Ledger(tmp_path / "ledger")
+    fault = NetworkPartition(AtAnUnusedPort(small_node, free_ports(1)[0]), RUN_ID, ledger)
+    with fault:
+        assert probe(small_node.endpoint.url).ok  # traffic flows, just not there
+        assert sum(c.packets for c in fault.counters()) == 0
+        seen = fault.observe()
+    assert seen.effective is False and seen.evidence["packets_matched"] == 0, seen
+    # ... and the same through a partition of the node's real port.
+    with NetworkPartition(small_node, RUN_ID, ledger) as cut:
+        assert probe(small_node.endpoint.url, timeout=1).error == "timeout"
+        real = cut.observe()
+    assert real.effective is True and real.evidence["packets_matched"] >= 1, real
+    assert ledger.pending() == [] and chains_of_run() == []
+
+
 @needs_iptables
 @pytest.mark.cluster
 def test_packet_loss_drops_packets_and_requests_still_succeed_slower(replica, tmp_path):
@@ -457,7 +490,8 @@ def test_packet_loss_drops_packets_and_requests_still_succeed_slower(replica, tm
         during = [probe(url, completion=True, timeout=60) for _ in range(n)]
         loss = fault.loss()
     finally:
-        fault.heal()
+        healed = fault.heal()
+    assert healed["effect"]["effective"] is True, healed
     after = [probe(url, completion=True, timeout=30) for _ in range(n)]
 
     def fig(ps):
@@ -501,9 +535,12 @@ def test_process_pause_stops_every_process_and_the_heal_resumes_them(replica, tm
             f"after {stalled.seconds:.2f} s, /health -> {health.error}")
         assert not stalled.ok and stalled.error == "timeout"
         assert not health.ok and health.error == "timeout"
+        seen = fault.observe()
+        assert seen.effective is True and seen.evidence["stopped"] == len(pids), seen
     finally:
         healed = fault.heal()
     assert sorted(healed["continued"]) == sorted(pids) and healed["gone"] == []
+    assert healed["effect"]["effective"] is True
     assert "T" not in states(pids).values(), states(pids)
     after = probe(url, completion=True, timeout=30)
     say(f"process_pause: after heal, completion ok={after.ok} in {after.seconds:.2f} s")

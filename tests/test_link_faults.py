@@ -250,7 +250,11 @@ def test_network_latency_is_seen_by_a_probe_and_healed(vllm_link, tmp_path):
     url = link.listen.url + "/health"
     base = min(probe(url)[0] for _ in range(3))
     with NetworkLatency(link, "t", Ledger(), latency_ms=400, jitter_ms=50) as fault:
+        idle = fault.observe()  # no request has crossed the link yet: no effect
+        assert idle.effective is False and set(idle.evidence["toxic_hits"].values()) == {0}
         delayed = [probe(url)[0] for _ in range(3)]
+        seen = fault.observe()
+        assert seen.effective is True and sum(seen.evidence["toxic_hits"].values()) >= 3, seen
         assert all(d >= 0.35 for d in delayed), (base, delayed)
         assert fault.active and len(ProxyClient(link.control).toxics(link.name)) == 1
     healed = min(probe(url)[0] for _ in range(5))
@@ -289,8 +293,13 @@ def test_connection_reset_is_seen_by_the_client_and_healed(vllm_link, tmp_path):
     # events, long before the 300th token, whatever this machine's speed.
     cut_after = 2000
     assert full.value["stream"]["n_chunks"] >= 100, full.value["stream"]["n_chunks"]
-    with ConnectionReset(link, "t", Ledger(), after_bytes=cut_after):
+    with ConnectionReset(link, "t", Ledger(), after_bytes=cut_after) as fault:
+        before_any = fault.observe()
         cut = stream(link.listen.url, max_tokens=300)
+        seen = fault.observe()
+    # The toxic counts the connections it reset, not the chunks it let by.
+    assert before_any.effective is False
+    assert seen.effective is True and list(seen.evidence["toxic_hits"].values()) == [1], seen
     assert cut.type == "info" and "reset" in (cut.error or "").lower(), (
         cut.error, cut.value)
     assert not cut.value["stream"]["done"]
@@ -308,8 +317,10 @@ def test_http_faults_are_classified_and_healed(vllm_link, tmp_path):
     for mode, params in (("abort", {"status": 503}), ("error_event", {"after_events": 3}),
                          ("truncate", {"after_bytes": 400}), ("malformed", {"after_events": 2}),
                          ("delay_head", {"delay_ms": 500})):
-        with HttpFault(link, "t", Ledger(), mode=mode, **params):
+        with HttpFault(link, "t", Ledger(), mode=mode, **params) as fault:
             seen[mode] = stream(link.listen.url)
+            effect = fault.observe()
+            assert effect.effective is True, (mode, effect)
     assert seen["abort"].type == "info" and seen["abort"].value["status"] == 503
     assert "ordeal http_abort" in seen["abort"].error
     assert seen["error_event"].type == "fail"

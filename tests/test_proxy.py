@@ -670,7 +670,8 @@ def test_sse_toxic_bites_every_response_on_a_keep_alive_connection_opened_before
     assert c.sock is sock
     assert ctl.link("http")["counters"]["connections"] == before + 1
     [toxic] = ctl.toxics("http")
-    assert toxic["counters"] == {"responses": 8, "sse_responses": 7, "events_changed": 7}
+    assert toxic["counters"] == {"responses": 8, "sse_responses": 7, "events_changed": 7,
+                                 "hits": 7}  # hits: the events it changed
     removed = ctl.take_toxic("http", "dup")
     assert removed is not None and removed["counters"]["events_changed"] == 7
     assert indexes(get(proxy, "/sse?n=6", c)[2]) == plain
@@ -757,7 +758,9 @@ def test_lsn_jump_heal_says_what_its_toxic_did(proxy, ctl, tmp_path):
     [name] = fault.toxic_names
     assert healed["removed"] == 1
     assert healed["toxic_counters"] == {name: {"responses": 4, "sse_responses": 3,
-                                               "events_changed": 3}}
+                                               "events_changed": 3, "hits": 3}}
+    assert healed["effect"]["effective"] is True  # observed before the removal
+    assert healed["effect"]["evidence"]["toxic_hits"] == {name: 3}
     assert indexes(get(proxy, "/sse?n=4", c)[2]) == [0, 1, 2, 3, "DONE"]
 
 

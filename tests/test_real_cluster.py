@@ -144,6 +144,9 @@ def test_process_kill_is_seen_and_its_heal_is_seen(ordeal_cluster, tmp_path):
         assert entry.kind == "process_kill" and entry.target == victim.name
     finally:
         healed = fault.heal()
+    # The heal observed the kill before it restarted the node.
+    assert healed["effect"]["effective"] is True, healed["effect"]
+    assert healed["effect"]["evidence"]["port"] == "refused"
     # Heal: a new process serves again, and the ledger is empty.
     assert healed["restarted"] is True and victim.pid != old_pid
     # Where the restart's time went, read from the replica's own log: every

@@ -46,6 +46,7 @@ from invariants import (
     CountersMonotonic,
     ErrorRate,
     Failover,
+    FaultEffective,
     Goodput,
     LatencySLO,
     LeakBound,
@@ -230,7 +231,7 @@ class TritonEngine:
     def checkers(self) -> list[Any]:
         common = [NoSilentLoss(), CanaryDeterminism(), LatencySLO(), Goodput(), ErrorRate(),
                   Availability(), Recovery(), RestartReadiness(), Failover(),
-                  CountersMonotonic(), LeakBound()]
+                  FaultEffective(), CountersMonotonic(), LeakBound()]
         return common if self.user_repo is not None else [*common, SequenceConsistent()]
 
     def f_models(self) -> dict[str, str]:

@@ -346,4 +346,5 @@ class Pump:
         if toxic.removed.is_set():
             await nxt(data)
         else:
+            toxic.counters["chunks"] += 1
             await toxic.pipe(self.conn, data, arrived, nxt)

@@ -66,6 +66,16 @@ class Toxic:
         self.uid = next(_SERIAL)
         # Set when the toxic is removed: whatever it holds is released at once.
         self.removed = asyncio.Event()
+        # What it did (GET /links, and the final figures on removal). An L4
+        # toxic counts the chunks it was given (the connection's writer
+        # counts them); ``hits`` is what a link fault's observation reads.
+        self.counters: dict[str, int] = {"chunks": 0}
+
+    def hits(self) -> int:
+        """How many times this toxic acted on the traffic: the evidence that
+        a fault took effect (faults.link_fault.LinkFault.observe). A toxic
+        that acts only on some chunks (reset_peer) counts those."""
+        return self.counters["chunks"]
 
     # -- building and describing ------------------------------------------
 
@@ -93,7 +103,8 @@ class Toxic:
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "type": self.type, "direction": self.direction,
-                "toxicity": self.toxicity, "attributes": dataclasses.asdict(self.params)}
+                "toxicity": self.toxicity, "attributes": dataclasses.asdict(self.params),
+                "counters": {**self.counters, "hits": self.hits()}}
 
     # -- acting -------------------------------------------------------------
 

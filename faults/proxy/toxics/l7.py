@@ -35,8 +35,10 @@ class L7Toxic(Toxic):
         # events it dropped, repeated, held or replaced.
         self.counters = {"responses": 0, "sse_responses": 0, "events_changed": 0}
 
-    def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "counters": dict(self.counters)}
+    def hits(self) -> int:
+        """An SSE toxic acted when it changed an event; any other L7 toxic
+        when it was applied to a response."""
+        return self.counters["events_changed" if self.needs_sse else "responses"]
 
     async def before_head(self, resp: ResponseContext) -> None:
         """Called before the response head is forwarded."""

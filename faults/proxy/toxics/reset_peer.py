@@ -35,19 +35,32 @@ class ResetPeer(Toxic):
             raise ToxicError("toxic 'reset_peer': give either 'after_bytes' (cut after that "
                              "many bytes) or 'timeout_ms' (cut after that time), not both")
 
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.counters["resets"] = 0
+
+    def hits(self) -> int:
+        """Connections it reset (a chunk let through before the cut is no
+        effect)."""
+        return self.counters["resets"]
+
+    def _reset(self, conn, why: str) -> None:
+        self.counters["resets"] += 1
+        conn.reset(why)
+
     async def pipe(self, conn, data: bytes, arrived: float, emit: Emit) -> None:
         if self.params.after_bytes:
             await self._after_bytes(conn, data, emit)
             return
         ms = self.params.timeout_ms
         if ms == 0:
-            conn.reset(f"reset_peer toxic {self.name!r}")
+            self._reset(conn, f"reset_peer toxic {self.name!r}")
             return
         state = conn.state(self)
         if "timer" not in state:
             def fire() -> None:
                 if not self.removed.is_set():
-                    conn.reset(f"reset_peer toxic {self.name!r} after {ms} ms")
+                    self._reset(conn, f"reset_peer toxic {self.name!r} after {ms} ms")
             state["timer"] = conn.call_later(ms / 1000.0, fire)
         await emit(data)
 
@@ -64,4 +77,4 @@ class ResetPeer(Toxic):
         # An RST discards what the socket still holds: let the bytes before
         # the cut leave first, so the peer sees exactly a cut stream.
         await conn.written_out(self.direction)
-        conn.reset(f"reset_peer toxic {self.name!r} after {limit} bytes")
+        self._reset(conn, f"reset_peer toxic {self.name!r} after {limit} bytes")
