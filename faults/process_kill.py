@@ -1,25 +1,38 @@
-"""process_kill: SIGKILL a node's whole process tree, optionally restart it.
+"""process_kill: SIGKILL a node's processes, optionally restart it.
 
-The kill goes to the node's process group (the engine's API server, its
-EngineCore and its workers together), as an OOM-killer or a crashed host
-would leave it. There is nothing to undo (the processes are gone); a live
-heal restarts the node and waits until it serves again (``_recover``), so
-the heal's duration is the node's recovery time. After a crash the node's
-cluster went with its harness and heal-all only closes the entry.
+``scope`` (faults/node_processes.py) says which: ``node`` (the default) is
+the node's whole process group (the engine's API server, its EngineCore and
+its workers together), as a crashed host would leave it; ``api_server`` or
+``engine_core`` is the one process a crash or the OOM killer really takes,
+each by its recorded pid. There is nothing to undo (the processes are
+gone); a live heal restarts the node and waits until it serves again
+(``_recover``), so the heal's duration is the node's recovery time.
+
+Orphans. A process of the killed node that lives on (an engine whose API
+server died, a worker outside the group) holds memory, a GPU and the port,
+and the restart then fails or runs beside it. Before it restarts the node,
+the heal waits until ``orphan_bound_s`` after the kill for every process the
+inject recorded to be gone; those still alive then are the heal's
+``orphans`` (invariants.no_orphans judges them), and are ended by pid so the
+restart can run. After a crash, heal-all ends the recorded processes still
+alive (``undo``), each only if it is still the recorded process.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import time
-from typing import Any
+from dataclasses import asdict
+from typing import Any, Callable
 
 from ordeal.procfs import group_members
 from ordeal.topology import Endpoint, Node
 
 from .base import Effect, Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
+from .node_processes import SCOPES, Member, is_same, node_members, proc_names, scope_pids
 
 
 def connect_state(endpoint: Endpoint, timeout_s: float = 2.0) -> str:
@@ -37,6 +50,37 @@ def connect_state(endpoint: Endpoint, timeout_s: float = 2.0) -> str:
         return f"{type(e).__name__}: {e}"
 
 
+def wait_until(done: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def wait_gone(members: list[Member], timeout_s: float) -> list[int]:
+    """Wait (at most ``timeout_s``) until none of ``members`` is still the
+    recorded process; the pids still alive then."""
+    wait_until(lambda: not any(is_same(m) for m in members), timeout_s)
+    return [m.pid for m in members if is_same(m)]
+
+
+def end_members(members: list[Member], timeout_s: float = 10.0) -> list[int]:
+    """SIGKILL each member that is still the recorded process, and wait
+    until they are gone. Returns the pids it signalled."""
+    ended = []
+    for m in members:
+        if is_same(m):
+            try:
+                os.kill(m.pid, signal.SIGKILL)
+                ended.append(m.pid)
+            except ProcessLookupError:
+                pass
+    wait_gone(members, timeout_s)
+    return ended
+
+
 class ProcessKill(Fault):
     kind = "process_kill"
     needs_root = False
@@ -45,8 +89,15 @@ class ProcessKill(Fault):
         'started the node as its own user')
 
     def __init__(self, node: Node, run_id: str, ledger: Ledger, restart: bool = True,
-                 ready_timeout_s: float = 300.0, gone_within_s: float = 60.0):
+                 ready_timeout_s: float = 300.0, gone_within_s: float = 60.0,
+                 scope: str = "node", orphan_bound_s: float = 10.0):
         super().__init__(node.name, run_id, ledger)
+        if scope not in SCOPES:
+            raise FaultError(f"process_kill: scope {scope!r} is unknown; use one of "
+                             f"{', '.join(SCOPES)} (node: the whole process group)")
+        if orphan_bound_s < 0:
+            raise FaultError(f"process_kill: orphan_bound_s={orphan_bound_s} must be 0 or more "
+                             "seconds")
         self.node = node
         self.restart = restart
         self.ready_timeout_s = ready_timeout_s
@@ -54,32 +105,51 @@ class ProcessKill(Fault):
         # shows it: on a busy machine a container's exit can come well after
         # Docker's own 10 s wait for it.
         self.gone_within_s = gone_within_s
+        self.scope = scope
+        self.orphan_bound_s = orphan_bound_s
+        self._victims: list[int] = []
+        self._killed_at: float | None = None  # monotonic
 
     @classmethod
     def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
-        """Nothing: the killed processes are gone. (What a crashed harness
-        left of the node's tree is ended by id by heal-all and at the next
-        suite start: ordeal.ownership.reap_leftovers.)"""
-        return {}
+        """End what is left of the node's recorded processes, each only if it
+        is still that process (pid, start time, group, label). In a live run
+        ``_recover`` has ended them already; after a crash, the rest of the
+        node's tree is also ended by id by heal-all and at the next suite
+        start (ordeal.ownership.reap_leftovers)."""
+        members = [Member(**m) for m in entry.inverse.get("members", [])]
+        return {"ended": end_members(members)} if members else {}
 
     @classmethod
     def heal_line(cls, entry: LedgerEntry, done: dict[str, Any]) -> str:
-        return f"{healed(entry, 'closed')}: its cluster is gone, nothing to restart"
+        ended = done.get("ended")
+        what = f"ended its processes still alive {ended}" if ended else "nothing was left"
+        return f"{healed(entry, 'closed')}: {what}; its cluster is gone, nothing to restart"
 
     def _preflight(self) -> None:
         if not self.node.is_running():
             raise FaultError(f"process_kill: {self.node.name} is not running; nothing to kill "
                              "(heal it first, or pick a live node)")
+        self._victims = scope_pids(self.node, self.scope, self.kind)
 
     def _inverse(self) -> dict[str, Any]:
-        return {"action": "restart" if self.restart else "none", "node": self.node.name}
+        members = node_members(self.node)
+        return {"action": "restart" if self.restart else "none", "node": self.node.name,
+                "scope": self.scope, "victims": list(self._victims),
+                "members": [asdict(m) for m in members]}
+
+    def _members(self) -> list[Member]:
+        assert self.entry is not None
+        return [Member(**m) for m in self.entry.inverse.get("members", [])]
 
     def _act(self) -> dict[str, Any]:
-        """SIGKILL, then confirm from the node's state (its processes gone)
-        within ``gone_within_s``; what the engine that carried the signal
-        said is recorded, never taken as the verdict."""
+        """SIGKILL, then confirm from the node's state (the killed processes
+        gone) within ``gone_within_s``; what the engine that carried the
+        signal said is recorded, never taken as the verdict."""
+        if self.scope != "node":
+            return self._kill_one()
         pid = getattr(self.node, "pid", None)
-        t0 = time.monotonic()
+        t0 = self._killed_at = time.monotonic()
         said = self.node.signal(signal.SIGKILL)
         deadline = t0 + self.gone_within_s
 
@@ -94,30 +164,78 @@ class ProcessKill(Fault):
             raise RuntimeError(f"{self.node.name} (group {pid}): {left} still run "
                                f"{self.gone_within_s:.0f} s after SIGKILL"
                                + (f"; the engine said: {said}" if said else ""))
-        done: dict[str, Any] = {"signal": "SIGKILL", "pid": pid,
+        done: dict[str, Any] = {"signal": "SIGKILL", "scope": "node", "pid": pid,
                                 "gone_after_s": round(time.monotonic() - t0, 2)}
         if said:
             done["engine_said"] = said
         return done
 
+    def _kill_one(self) -> dict[str, Any]:
+        """The scope's processes only, each by its recorded pid."""
+        victims = [m for m in self._members() if m.pid in self._victims]
+        names = {m.pid: proc_names(m.pid)[:60] for m in victims}
+        t0 = self._killed_at = time.monotonic()
+        for m in victims:
+            if is_same(m):
+                try:
+                    os.kill(m.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        left = wait_gone(victims, self.gone_within_s)
+        if left:
+            raise RuntimeError(f"{self.node.name}: {left} still run {self.gone_within_s:.0f} s "
+                               f"after SIGKILL ({self.scope})")
+        return {"signal": "SIGKILL", "scope": self.scope, "pid": getattr(self.node, "pid", None),
+                "killed": [m.pid for m in victims], "killed_names": names,
+                "gone_after_s": round(time.monotonic() - t0, 2)}
+
     def observe(self) -> Effect:
-        """The node is down as the system shows it: no process of it runs
-        and its port refuses connections (before ``_recover`` restarts it)."""
+        """What the kill did as the system shows it. The whole node: no
+        process of it runs and its port refuses connections (before
+        ``_recover`` restarts it). One process: that process is gone."""
         running = self.node.is_running()
         port = connect_state(self.node.endpoint)
-        return Effect(not running and port == "refused",
-                      "the node's processes and a TCP connect to its port",
-                      {"node_running": running, "port": port,
-                       "endpoint": f"{self.node.endpoint.host}:{self.node.endpoint.port}"})
+        evidence: dict[str, Any] = {
+            "scope": self.scope, "node_running": running, "port": port,
+            "endpoint": f"{self.node.endpoint.host}:{self.node.endpoint.port}"}
+        if self.scope == "node":
+            return Effect(not running and port == "refused",
+                          "the node's processes and a TCP connect to its port", evidence)
+        victims = [m for m in self._members() if m.pid in self._victims]
+        alive = [m.pid for m in victims if is_same(m)]
+        evidence.update(killed=[m.pid for m in victims], still_alive=alive)
+        return Effect(bool(victims) and not alive,
+                      f"the killed {self.scope} process(es), by pid and start time", evidence)
+
+    def _orphans(self) -> dict[str, Any]:
+        """Wait until ``orphan_bound_s`` after the kill for every recorded
+        process of the node to be gone; record those still alive then (the
+        orphans) and end them, each by its pid, so the restart can run."""
+        members = self._members()
+        start = self._killed_at if self._killed_at is not None else time.monotonic()
+        wait_gone(members, max(0.0, start + self.orphan_bound_s - time.monotonic()))
+        orphans = []
+        for m in members:
+            if is_same(m):
+                orphans.append({"pid": m.pid, "names": proc_names(m.pid)[:80],
+                                "alive_after_kill_s": round(time.monotonic() - start, 2)})
+        ended = end_members([m for m in members if m.pid in {o["pid"] for o in orphans}])
+        return {"scope": self.scope, "orphan_bound_s": self.orphan_bound_s, "orphans": orphans,
+                "orphans_ended": ended, "processes_recorded": len(members)}
 
     def _recover(self) -> dict[str, Any]:
-        if not self.restart or self.node.is_running():
-            return {"restarted": False}
+        orphans = self._orphans()
+        if not self.restart:
+            return {"restarted": False, **orphans}
+        if self.node.is_running():  # its leader lived on and was ended just now
+            wait_until(lambda: not self.node.is_running(), self.gone_within_s)
+        if self.node.is_running():
+            return {"restarted": False, "why": "the node still runs", **orphans}
         t0 = time.monotonic()
         self.node.start()
         self.node.wait_ready(self.ready_timeout_s)
         done: dict[str, Any] = {"restarted": True, "pid": getattr(self.node, "pid", None),
-                                "ready_after_s": round(time.monotonic() - t0, 2)}
+                                "ready_after_s": round(time.monotonic() - t0, 2), **orphans}
         # Where the restart's time went, where the node can tell (a vLLM
         # replica reads its own log): restart_readiness reports it.
         phases = getattr(self.node, "startup_phases", None)

@@ -11,10 +11,8 @@ records the group id and, for every member, its pid, its start time from
 /proc (a reused pid has another one), its group and its ORDEAL_CLUSTER_ID label;
 a heal from the ledger sends SIGCONT to a pid only when all still match.
 
-One trap, seen: vLLM's EngineCore renames itself ("VLLM::EngineCore") with
-setproctitle, which overwrites the memory /proc/<pid>/environ reads, so its
-label is gone. Such a process carries the label of its group leader (the
-process the suite spawned, which keeps its environment).
+How a member is recorded and recognised again (its pid, start time, group
+and label; the setproctitle trap) is faults/node_processes.py.
 
 ``only="EngineCore"`` pauses just the group members whose name (comm) or
 command line contains that word, each by its pid, and leaves the rest
@@ -30,85 +28,27 @@ from __future__ import annotations
 import os
 import signal
 import time
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import asdict
 from typing import Any
 
 from ordeal import procfs
-from ordeal.ownership import CLUSTER_ENV, record_of_group
+from ordeal.ownership import CLUSTER_ENV
 from ordeal.topology import Node
 
 from .base import Effect, Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
+from .node_processes import (  # noqa: F401 - Member, proc_names: re-exported for callers
+    SCOPES,
+    Member,
+    cluster_label,
+    is_same,
+    proc_names,
+    scope_pids,
+    snapshot,
+)
 from .safety import require_ours, require_running
 
 STOPPED = "T"
-
-
-@dataclass(frozen=True)
-class Member:
-    """One process of the paused group, as it was when paused."""
-
-    pid: int
-    start_time: str
-    pgid: int
-    label: str  # its cluster id (ordeal.ownership.CLUSTER_ENV)
-
-
-def proc_label(pid: int) -> str | None:
-    return procfs.environ(pid).get(CLUSTER_ENV)
-
-
-def recorded_label(pgid: int) -> str | None:
-    """The cluster id of the process record the suite wrote when it started
-    the group (ordeal.ownership), if its leader is still that process."""
-    rec = record_of_group(pgid)
-    return rec.cluster_id if rec is not None else None
-
-
-def cluster_label(pid: int) -> str | None:
-    """The process's cluster label; for one whose environment block was
-    overwritten (setproctitle), its group leader's; for a group whose
-    environments cannot be read at all (a non-root harness may not read
-    /proc/<pid>/environ of a process that made itself non-dumpable, as
-    vllm-router does), the label of the suite's record of that group."""
-    own = proc_label(pid)
-    if own is not None:
-        return own
-    pgid = procfs.pgid(pid)
-    if pgid is None:
-        return None
-    return (proc_label(pgid) if pgid != pid else None) or recorded_label(pgid)
-
-
-def proc_names(pid: int) -> str:
-    """comm and command line of a process, as one string ("" if gone): what
-    ``only`` matches. EngineCore renames itself, so its comm is
-    "VLLM::EngineCor" (cut at 15 bytes) and its cmdline "VLLM::EngineCore"."""
-    try:
-        comm = Path(f"/proc/{pid}/comm").read_text().strip()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-    except OSError:
-        return ""
-    return f"{comm} {cmdline.decode(errors='replace').strip()}"
-
-
-def snapshot(pids: list[int]) -> list[Member]:
-    """Members as the ledger keeps them; processes already gone, and those
-    without a label, are left out."""
-    out = []
-    for pid in pids:
-        start, pgid, label = procfs.start_time(pid), procfs.pgid(pid), cluster_label(pid)
-        if start is not None and pgid is not None and label is not None:
-            out.append(Member(pid, start, pgid, label))
-    return out
-
-
-def is_same(member: Member) -> bool:
-    """The recorded process, and not a later one that reuses its pid."""
-    return (procfs.start_time(member.pid) == member.start_time
-            and procfs.pgid(member.pid) == member.pgid
-            and cluster_label(member.pid) == member.label)
 
 
 def continue_members(members: list[Member]) -> tuple[list[int], list[int]]:
@@ -146,21 +86,29 @@ class ProcessPause(Fault):
         "sends SIGSTOP/SIGCONT to the node's own process group; the harness started the "
         'node as its own user')
 
-    def __init__(self, node: Node, run_id: str, ledger: Ledger, only: str | None = None):
+    def __init__(self, node: Node, run_id: str, ledger: Ledger, only: str | None = None,
+                 scope: str = "node"):
         super().__init__(node.name, run_id, ledger)
         self.node = node
         if only is not None and not only.strip():
             raise FaultError("process_pause: only='' matches every process; leave it out to "
                              "pause the whole group, or name one (e.g. only='EngineCore')")
+        if scope not in SCOPES:
+            raise FaultError(f"process_pause: scope {scope!r} is unknown; use one of "
+                             f"{', '.join(SCOPES)}")
+        if only is not None and scope != "node":
+            raise FaultError(f"process_pause: give only={only!r} or scope={scope!r}, not both")
         self.only = only
+        self.scope = scope
 
     def _pids(self) -> list[int]:
-        """The pids to pause: the whole group, or with ``only`` the members
-        whose comm/cmdline contains it (FaultError naming the members found
-        when none does)."""
-        pids = self.node.pids()
+        """The pids to pause: the ``scope`` (faults/node_processes.py: the
+        whole group by default), or with ``only`` the members whose
+        comm/cmdline contains it (FaultError naming the members found when
+        none does)."""
         if self.only is None:
-            return pids
+            return scope_pids(self.node, self.scope, self.kind)
+        pids = self.node.pids()
         chosen = [p for p in pids if self.only in proc_names(p)]
         if pids and not chosen:
             found = ", ".join(f"{p} ({proc_names(p)[:60] or 'gone'})" for p in pids)
@@ -189,6 +137,7 @@ class ProcessPause(Fault):
     def _inverse(self) -> dict[str, Any]:
         members = self._members()
         return {"action": "sigcont", "pgid": members[0].pgid, "only": self.only,
+                "scope": self.scope,
                 "members": [asdict(m) for m in members]}
 
     def _recorded(self) -> list[Member]:
@@ -197,7 +146,7 @@ class ProcessPause(Fault):
 
     def _act(self) -> dict[str, Any]:
         assert self.entry is not None
-        if self.only is not None:
+        if self.only is not None or self.scope != "node":
             # Only the chosen members, each by pid (recorded and checked just
             # now); the rest of the group keeps running.
             for m in self._recorded():
@@ -218,7 +167,7 @@ class ProcessPause(Fault):
             raise RuntimeError(f"process_pause: {self.node.name}: processes {not_stopped} are "
                                "not stopped 10 s after SIGSTOP")
         return {"signal": "SIGSTOP", "pgid": self.entry.inverse["pgid"], "pids": pids,
-                "only": self.only}
+                "only": self.only, "scope": self.scope}
 
     def observe(self) -> Effect:
         """Each paused process's state as /proc shows it: stopped (T) while

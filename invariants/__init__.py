@@ -5,10 +5,12 @@ from .determinism import CanaryDeterminism
 from .duplicates import NoDuplicateExecution
 from .failover import Failover
 from .fault_effective import FaultEffective
+from .fault_slo import FaultSLO
+from .no_orphans import NoOrphans
 from .no_silent_loss import NoSilentLoss
 from .node_health import CountersMonotonic, HealthTruthful, LeakBound
 from .planted import PLANTED, ExcludingPlanted, PlantedDetected, with_planted
-from .settings import CheckerSettings, SLOTargets
+from .settings import CheckerSettings, FaultSLOTargets, SLOTargets
 from .slo import Availability, ErrorRate, Goodput, LatencySLO, Recovery, RestartReadiness
 from .stream_continuity import StreamContinuity
 from .stream_wellformed import StreamWellFormed
@@ -17,12 +19,14 @@ from .usage import UsageMatchesTokens
 DEFAULT_CHECKERS = (NoSilentLoss, StreamWellFormed, UsageMatchesTokens, NoDuplicateExecution,
                     CanaryDeterminism, StreamContinuity,
                     LatencySLO, Goodput, ErrorRate, Availability, Recovery, RestartReadiness,
-                    Failover, FaultEffective, HealthTruthful, CountersMonotonic, LeakBound)
+                    Failover, FaultSLO, FaultEffective, NoOrphans, HealthTruthful, CountersMonotonic,
+                    LeakBound)
 
 __all__ = ["Checker", "Result", "RunContext", "merge_valid", "run_checker", "CheckerSettings",
-           "SLOTargets",
+           "SLOTargets", "FaultSLOTargets",
            "NoSilentLoss", "StreamWellFormed", "UsageMatchesTokens", "NoDuplicateExecution", "CanaryDeterminism",
            "StreamContinuity",
            "LatencySLO", "Goodput", "ErrorRate", "Availability", "Recovery",
-           "RestartReadiness", "Failover", "FaultEffective", "HealthTruthful", "CountersMonotonic", "LeakBound",
+           "RestartReadiness", "Failover", "FaultSLO", "FaultEffective", "NoOrphans",
+           "HealthTruthful", "CountersMonotonic", "LeakBound",
            "DEFAULT_CHECKERS", "PLANTED", "ExcludingPlanted", "PlantedDetected", "with_planted"]

@@ -46,7 +46,8 @@ _KEYS = {"invariant", "fault", "target", "reason", "tracked"}
 INVARIANT_NAMES = frozenset({
     "no_silent_loss", "stream_wellformed", "usage_matches_tokens", "no_duplicate_execution",
     "canary_determinism", "stream_continuity", "slo_latency", "goodput", "error_rate",
-    "availability", "recovery", "restart_readiness", "failover", "health_truthful",
+    "availability", "recovery", "restart_readiness", "failover", "fault_slo",
+    "fault_effective", "no_orphans", "health_truthful",
     "counters_monotonic", "leak_bound", "sequence_consistent", "engine_consistency",
     "gpu_memory_back", "throttle_explained"})
 #: Where the files for the embedded stacks this repository ships live, one

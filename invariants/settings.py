@@ -44,13 +44,17 @@ class SLOTargets:
 
     @classmethod
     def from_file(cls, path: str | Path) -> "SLOTargets":
-        """Read ``[slo]`` from a TOML file; unknown keys are an error."""
+        """Read ``[slo]`` from a TOML file (a file of bare keys is read as
+        ``[slo]``); unknown keys are an error."""
         p = Path(path)
-        try:
-            data = tomllib.loads(p.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as e:
-            raise ConfigError(f"--slo {p}: cannot read it as TOML ({e})") from e
-        return cls.from_table(data.get("slo", data), f"--slo {p}")
+        data = _read_slo_file(p)
+        if any(k in data for k in SLO_TABLES):
+            unknown = sorted(set(data) - set(SLO_TABLES))
+            if unknown:
+                raise ConfigError(f"--slo {p}: unknown table(s) or key(s) {unknown} beside "
+                                  f"{'/'.join(f'[{t}]' for t in SLO_TABLES)}")
+            return cls.from_table(data.get("slo", {}), f"--slo {p} [slo]")
+        return cls.from_table(data, f"--slo {p}")
 
     @classmethod
     def from_table(cls, table: dict[str, Any], where: str) -> "SLOTargets":
@@ -66,6 +70,52 @@ class SLOTargets:
             raise ConfigError(f"{where}: every value must be a number ({e})") from e
 
 
+def _read_slo_file(p: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(p.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"--slo {p}: cannot read it as TOML ({e})") from e
+
+
+@dataclass(frozen=True)
+class FaultSLOTargets:
+    """Targets inside a fault window on one replica that stopped answering,
+    for the requests sent after ``failover_bound_s`` (invariants.fault_slo):
+    by then a router with working health checks sends everything to the
+    replicas left, which carry the load of the lost one too. So the defaults
+    are the steady targets' double, and a lower goodput."""
+
+    ttft_ms: float = 4000.0
+    tpot_ms: float = 400.0
+    e2e_ms: float = 20000.0
+    min_goodput: float = 0.9  # share of the window's judged requests meeting every target
+    min_requests: float = 5.0  # a window with fewer judged requests is shown, not judged
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "FaultSLOTargets":
+        """Read ``[fault_slo]`` from the SLO file (defaults without one)."""
+        p = Path(path)
+        table = _read_slo_file(p).get("fault_slo", {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"--slo {p}: fault_slo must be a table ([fault_slo])")
+        return cls.from_table(table, f"--slo {p} [fault_slo]")
+
+    @classmethod
+    def from_table(cls, table: dict[str, Any], where: str) -> "FaultSLOTargets":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
+        try:
+            return replace(cls(), **{k: float(v) for k, v in table.items()})
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{where}: every value must be a number ({e})") from e
+
+
+#: The tables an SLO file may hold.
+SLO_TABLES = ("slo", "fault_slo")
+
+
 @dataclass(frozen=True)
 class CheckerSettings:
     """Every checker setting, each with the default a run gets unless a
@@ -74,6 +124,9 @@ class CheckerSettings:
     #: Latency, goodput, error-rate, availability and recovery targets
     #: (invariants.slo, throttle_explained); ``--slo FILE`` sets them.
     slo: SLOTargets = field(default_factory=SLOTargets)
+    #: fault_slo's targets inside the fault windows on one replica; ``[fault_slo]``
+    #: in the same ``--slo FILE``.
+    fault_slo: FaultSLOTargets = field(default_factory=FaultSLOTargets)
     #: canary_determinism compares the first K token ids; 0 compares the whole
     #: text, since greedy output of the tiny CPU model measured identical under load.
     determinism_prefix_tokens: int = 0
@@ -108,7 +161,8 @@ class CheckerSettings:
         for f in fields(self):
             value = getattr(self, f.name)
             if value != getattr(default, f.name):
-                out[f.name] = asdict(value) if isinstance(value, SLOTargets) else value
+                out[f.name] = (asdict(value) if isinstance(value, (SLOTargets, FaultSLOTargets))
+                               else value)
         return out
 
     @classmethod
@@ -124,10 +178,10 @@ class CheckerSettings:
         kw: dict[str, Any] = {}
         for name, value in doc.items():
             want = getattr(default, name)
-            if isinstance(want, SLOTargets):
+            if isinstance(want, (SLOTargets, FaultSLOTargets)):
                 if not isinstance(value, dict):
                     raise ConfigError(f"{where}: {name} is {value!r}; expected an object")
-                kw[name] = SLOTargets.from_table(value, f"{where}: {name}")
+                kw[name] = type(want).from_table(value, f"{where}: {name}")
             elif (isinstance(value, bool) or not isinstance(value, (int, float))
                   or isinstance(want, int) and not isinstance(value, int)):
                 raise ConfigError(f"{where}: {name} is {value!r}; expected "

@@ -30,6 +30,10 @@ WHAT = {
     "restart_readiness": "a restarted node took longer than its bound to serve again",
     "failover": "the router kept sending new requests to a replica that had stopped "
                 "answering, past the failover bound, or did not take it back",
+    "fault_slo": "while a replica was down, the requests sent after the failover bound "
+                 "missed their targets: the replicas left did not carry the load",
+    "no_orphans": "a process of a killed node lived on past the bound (it holds memory, "
+                  "a device and the port the restart needs)",
     "health_truthful": "/health said healthy while the replica made no progress",
     "counters_monotonic": "a server counter went backwards without a restart",
     "leak_bound": "memory after the load stayed above its bound",

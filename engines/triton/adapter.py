@@ -47,9 +47,11 @@ from invariants import (
     ErrorRate,
     Failover,
     FaultEffective,
+    FaultSLO,
     Goodput,
     LatencySLO,
     LeakBound,
+    NoOrphans,
     NoSilentLoss,
     Recovery,
     RestartReadiness,
@@ -231,7 +233,8 @@ class TritonEngine:
     def checkers(self) -> list[Any]:
         common = [NoSilentLoss(), CanaryDeterminism(), LatencySLO(), Goodput(), ErrorRate(),
                   Availability(), Recovery(), RestartReadiness(), Failover(),
-                  FaultEffective(), CountersMonotonic(), LeakBound()]
+                  FaultSLO(), FaultEffective(), NoOrphans(), CountersMonotonic(),
+                  LeakBound()]
         return common if self.user_repo is not None else [*common, SequenceConsistent()]
 
     def f_models(self) -> dict[str, str]:

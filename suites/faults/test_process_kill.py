@@ -21,3 +21,26 @@ def test_killed_replica_is_gone_then_restarted_and_serving(ordeal_run):
     assert after.nodes["replica-1"] >= 1 and after.ok_share == 1.0, r.brief()
     # Requests cut by the kill count in the fault window, not as steady errors.
     assert r.phases["steady"].ok_share == 1.0, r.brief()
+
+
+@pytest.mark.parametrize("scope", ["engine_core", "api_server"])
+def test_one_process_killed_alone_takes_its_node_down_and_leaves_no_orphan(ordeal_run, scope):
+    """As a crash or the OOM killer does it: one process of the replica, by
+    pid. The rest of the node must go down with it (vLLM's API server exits
+    when its engine dies; an engine must not outlive its API server), or it
+    is an orphan: no_orphans judges what the heal found alive
+    ``orphan_bound_s`` after the kill, and the heal ends it by pid before
+    the restart."""
+    r = run_single_fault(ordeal_run, "process_kill", "replica-1", {"scope": scope},
+                         hold_s=2.0)
+    inject, heal = r.window["inject_result"], r.window["heal_result"]
+    assert r.window.get("injected") and r.window.get("healed"), r.window
+    assert inject["scope"] == scope and len(inject["killed"]) == 1, inject
+    assert heal["effect"]["effective"] is True, heal["effect"]  # the process was gone
+    assert heal["scope"] == scope and isinstance(heal["orphans"], list), heal
+    assert heal["restarted"] is True, heal
+    assert r.phases["after_heal"].nodes["replica-1"] >= 1, r.brief()
+    [orphans] = [i for i in r.summary["invariants"] if i["name"] == "no_orphans"]
+    assert orphans["details"]["checked"] == 1, orphans
+    # Valid, or an orphan the known-findings file lists for this stack.
+    assert orphans["valid"] is True or orphans.get("known"), orphans

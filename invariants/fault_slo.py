@@ -1,0 +1,204 @@
+"""Fault-window SLO: while one replica is down and others are left, the
+requests sent after the failover bound must still meet their targets.
+
+Latency is judged in steady state (invariants.slo) and ``availability``
+counts a request that waited out a 10 s pause as available; so a run in
+which a third of the traffic stalled for the length of every fault could
+pass. This checker judges that traffic. For every fault window that stops a
+replica answering (``failover.STOPS`` on a replica or a ``router-replica-N``
+link, ``failover.victim_of``), the requests *invoked* after
+``failover_bound_s`` (``[slo]``) from the window's start and before its heal
+began are the window's judged requests: by then a router with working
+health checks sends everything to the replicas left. Each meets the
+``[fault_slo]`` targets (FaultSLOTargets: TTFT, TPOT, E2E per request, as
+``vllm bench serve``'s ``--goodput``) or not; a window whose goodput (the
+share that met every target, ``ok`` ones only) is below ``min_goodput`` is a
+violation, with its requests that missed as examples. Figures per window:
+requests, ok, goodput, TTFT p50/p99 of the judged requests.
+
+Not judged, and said: a window on the only replica that answered in the run
+(nowhere to fail over to), a window whose inject failed, a window with fewer
+than ``min_requests`` judged requests (shown with its figures). The requests
+sent to the failed replica after the bound are failover's counterexamples
+too; this checker judges what they cost the users.
+
+Memory: one invoke record per request in flight, one row per shown window
+(``MAX_WINDOW_ROWS``; an older window is judged when it leaves the table and
+then counted only in the totals), at most ``MAX_COUNTEREXAMPLES`` examples.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from ordeal.history.ops import HARNESS, Op
+from ordeal.history.windows import CLOSED, HEALING, INJECT_FAILED, OPENED, FaultWindows
+
+from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
+from .failover import STOPS, victim_of
+from .histogram import LatencyHistogram
+from .planted import is_withdrawn
+from .settings import FaultSLOTargets
+
+MAX_WINDOW_ROWS = 32
+TARGETS = ("ttft_ms", "tpot_ms", "e2e_ms")
+
+
+def misses(value: dict[str, Any], t: FaultSLOTargets) -> list[str]:
+    """The targets an ok answer missed (its figure above the target)."""
+    return [m for m in TARGETS
+            if isinstance(value.get(m), (int, float)) and value[m] > getattr(t, m)]
+
+
+class _Row:
+    __slots__ = ("label", "kind", "victim", "start_ns", "from_ns", "heal_ns", "wall",
+                 "inject_failed", "requests", "ok", "good", "ttft", "examples")
+
+    def __init__(self, label: str, kind: str, victim: str, start_ns: int, bound_ns: int,
+                 wall: str):
+        self.label, self.kind, self.victim, self.wall = label, kind, victim, wall
+        self.start_ns = start_ns
+        self.from_ns = start_ns + bound_ns  # judged from here ...
+        self.heal_ns: int | None = None  # ... until the heal began
+        self.inject_failed = False
+        self.requests = self.ok = self.good = 0
+        self.ttft = LatencyHistogram()
+        self.examples: list[dict[str, Any]] = []
+
+    def judges(self, t: int) -> bool:
+        return not self.inject_failed and t >= self.from_ns and (
+            self.heal_ns is None or t < self.heal_ns)
+
+
+class FaultSLO(StreamingChecker):
+    name = "fault_slo"
+    pure_result = True
+
+    def start(self, ctx: RunContext) -> None:
+        super().start(ctx)
+        self.t = ctx.settings.fault_slo
+        self.bound_ns = int(ctx.settings.slo.failover_bound_s * 1e9)
+        self.faults = FaultWindows(keep=0)
+        self.rows: OrderedDict[str, _Row] = OrderedDict()
+        self.invoked: dict[Any, list[str]] = {}  # process -> labels of the windows judging it
+        self.nodes: set[str] = set()  # every replica seen answering
+        self.totals = {"windows": 0, "judged": 0, "violations": 0, "alone": 0,
+                       "too_few_requests": 0, "inject_failed": 0}
+        self.retired_rows = 0
+        self.examples: list[dict[str, Any]] = []
+
+    # -- ops ----------------------------------------------------------------------
+    def _on_harness(self, op: Op) -> None:
+        change = self.faults.feed(op)
+        if change is None:
+            return
+        w = change.window
+        victim = victim_of(w.target)
+        if w.kind not in STOPS or victim is None:
+            return
+        if change.what == OPENED:
+            self.totals["windows"] += 1
+            self.rows[w.label] = _Row(w.label, w.kind, victim, w.start_ns, self.bound_ns,
+                                      w.start_wall)
+            if len(self.rows) > MAX_WINDOW_ROWS:
+                self._judge(self.rows.popitem(last=False)[1])
+                self.retired_rows += 1
+            return
+        row = self.rows.get(w.label)
+        if row is None:
+            return
+        if change.what == INJECT_FAILED:
+            row.inject_failed = True
+        elif change.what in (HEALING, CLOSED) and row.heal_ns is None:
+            row.heal_ns = op.time_ns
+
+    def feed(self, op: Op) -> None:
+        if op.process in HARNESS:
+            self._on_harness(op)
+            return
+        if op.type == "invoke":
+            judged = [r.label for r in self.rows.values() if r.judges(op.time_ns)]
+            if judged:
+                self.invoked[op.process] = judged
+            else:
+                self.invoked.pop(op.process, None)
+            return
+        node = op.value.get("node")
+        if op.type == "ok" and node is not None:
+            self.nodes.add(node)
+        labels = self.invoked.pop(op.process, None)
+        if not labels or is_withdrawn(op) or op.value.get("gap"):
+            return
+        missed = misses(op.value, self.t) if op.type == "ok" else [op.type]
+        for label in labels:
+            row = self.rows.get(label)
+            if row is None:
+                continue
+            row.requests += 1
+            if op.type == "ok":
+                row.ok += 1
+                if isinstance(op.value.get("ttft_ms"), (int, float)):
+                    row.ttft.add(float(op.value["ttft_ms"]))
+            if not missed:
+                row.good += 1
+            elif len(row.examples) < MAX_COUNTEREXAMPLES:
+                row.examples.append({
+                    "problem": f"sent {(op.time_ns - row.start_ns) / 1e9:.1f}s into "
+                               f"{row.kind} on {row.victim}, "
+                               + (f"missed {', '.join(missed)}" if op.type == "ok"
+                                  else f"ended {op.type}: {op.error}"),
+                    "window": row.label, "answered_by": node,
+                    **{m: op.value.get(m) for m in TARGETS if m in op.value},
+                    **op_brief(op)})
+
+    # -- verdict ------------------------------------------------------------------
+    def _judge(self, row: _Row) -> dict[str, Any]:
+        """A window's figures and whether it met the targets; counted in the
+        totals once (when it leaves the table, or at the result)."""
+        goodput = round(row.good / row.requests, 4) if row.requests else None
+        out: dict[str, Any] = {
+            "kind": row.kind, "replica": row.victim, "begin_wall": row.wall,
+            "judged_from_s": self.bound_ns / 1e9, "requests": row.requests, "ok": row.ok,
+            "goodput": goodput,
+            "ttft_p50_ms": row.ttft.quantile(0.5) if row.ttft.count else None,
+            "ttft_p99_ms": row.ttft.quantile(0.99) if row.ttft.count else None,
+            "met": None}
+        if row.inject_failed:
+            self.totals["inject_failed"] += 1
+            out["why"] = "the inject failed"
+        elif not (self.nodes - {row.victim}):
+            self.totals["alone"] += 1
+            out["why"] = "the only replica that answered: nowhere to fail over to"
+        elif row.requests < self.t.min_requests:
+            self.totals["too_few_requests"] += 1
+            out["why"] = (f"{row.requests} request(s) sent after the failover bound, fewer "
+                          f"than min_requests {self.t.min_requests:g}")
+        else:
+            self.totals["judged"] += 1
+            out["met"] = goodput is not None and goodput >= self.t.min_goodput
+            if not out["met"]:
+                self.totals["violations"] += 1
+                self.examples.extend(row.examples[:MAX_COUNTEREXAMPLES - len(self.examples)])
+        return out
+
+    def result(self) -> Result:
+        # Judge copies of the totals: result() may be called mid-run (pure).
+        saved_totals, saved_examples = dict(self.totals), list(self.examples)
+        try:
+            shown = {label: self._judge(row) for label, row in self.rows.items()}
+            totals, examples = dict(self.totals), list(self.examples)
+        finally:
+            self.totals, self.examples = saved_totals, saved_examples
+        by_window = {label: 1 for label, w in shown.items() if w["met"] is False}
+        t = self.t
+        details: dict[str, Any] = {
+            **totals,
+            "targets": {m: getattr(t, m) for m in TARGETS},
+            "min_goodput": t.min_goodput, "min_requests": t.min_requests,
+            "failover_bound_s": self.bound_ns / 1e9,
+            "violations_by_window": by_window,
+            "windows_shown": shown,
+            "windows_not_shown": self.retired_rows,
+        }
+        return Result(self.name, not totals["violations"], details, examples)

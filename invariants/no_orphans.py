@@ -1,0 +1,84 @@
+"""No orphans: after a kill, no process of the dead node lives on past a
+bound.
+
+An orphaned engine (its API server died and it did not notice) holds its
+memory, its GPU and the node's port; the restart then fails, or runs beside
+it and shares the device. The evidence is the heal of each ``process_kill``
+(faults/process_kill.py): before it restarts the node it waits until
+``orphan_bound_s`` after the kill for every process the inject recorded (the
+node's group, and the processes carrying its labels outside it) to be gone,
+and records those still alive then in ``orphans`` (pid, names, seconds after
+the kill), then ends them by pid. Each orphan is a violation.
+
+Not judged, and counted: a kill whose inject failed, and a heal that recorded
+no orphan check (a crashed harness's heal-all, a history from before the
+check, a kill without ``restart`` whose heal failed). The Ray node faults
+end the engines Ray orphans as part of their heal (``orphans_ended``); that
+is Ray's behaviour on a lost node, shown in their heal and not judged here.
+
+Memory: one counter set, at most ``MAX_COUNTEREXAMPLES`` examples.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ordeal.history.ops import HARNESS, Op
+from ordeal.history.windows import CLOSED, FaultWindows
+
+from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker
+
+KILL = "process_kill"
+
+
+class NoOrphans(StreamingChecker):
+    name = "no_orphans"
+    pure_result = True
+
+    def start(self, ctx: RunContext) -> None:
+        super().start(ctx)
+        self.faults = FaultWindows(keep=0)
+        self.counts = {"kills": 0, "checked": 0, "not_checked": 0, "orphans": 0,
+                       "kills_with_orphans": 0}
+        self.by_scope: dict[str, int] = {}
+        self.by_window: dict[str, int] = {}
+        self.examples: list[dict[str, Any]] = []
+
+    def feed(self, op: Op) -> None:
+        if op.process not in HARNESS:
+            return
+        change = self.faults.feed(op)
+        if change is None or change.what != CLOSED or change.window.kind != KILL:
+            return
+        w = change.window
+        if w.injected_ns is None or w.inject_error:
+            return
+        self.counts["kills"] += 1
+        heal = w.heal_value
+        orphans = heal.get("orphans")
+        if not isinstance(orphans, list):
+            self.counts["not_checked"] += 1
+            return
+        self.counts["checked"] += 1
+        scope = str(heal.get("scope") or "node")
+        self.by_scope[scope] = self.by_scope.get(scope, 0) + 1
+        if not orphans:
+            return
+        self.counts["orphans"] += len(orphans)
+        self.counts["kills_with_orphans"] += 1
+        self.by_window[w.label] = len(orphans)
+        for o in orphans:
+            if len(self.examples) >= MAX_COUNTEREXAMPLES:
+                break
+            self.examples.append({
+                "problem": f"pid {o.get('pid')} ({o.get('names')}) of {w.target} still ran "
+                           f"{o.get('alive_after_kill_s')}s after the kill ({scope}); bound "
+                           f"{heal.get('orphan_bound_s')}s",
+                "window": w.label, **o})
+
+    def result(self) -> Result:
+        c = self.counts
+        details: dict[str, Any] = {**c, "kills_by_scope": dict(self.by_scope),
+                                   "violations": c["orphans"],
+                                   "violations_by_window": dict(self.by_window)}
+        return Result(self.name, not c["orphans"], details, list(self.examples))
