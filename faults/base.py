@@ -160,6 +160,13 @@ class Fault(ABC):
                     "error": f"{type(e).__name__}: {e}"}
         return None if effect is None else effect.to_dict()
 
+    def _aftermath(self) -> dict[str, Any]:
+        """In a live run, after ``observe`` and before ``undo``: what the
+        fault left that only waiting shows (process_kill: the processes of
+        the killed node still alive at its orphan bound, which ``undo``
+        would end unseen). Returns what was found, for the history."""
+        return {}
+
     def _recover(self) -> dict[str, Any]:
         """After ``undo``, in a live run only: bring back what needs the live
         cluster (restart a killed node, wait until it serves). A crashed
@@ -190,7 +197,8 @@ class Fault(ABC):
         if self.entry is None:
             return {"kind": self.kind, "target": self.target, "already_healed": True}
         effect = self._observed()
-        done = {**self.undo(self.entry), **self._recover()}
+        aftermath = self._aftermath()
+        done = {**aftermath, **self.undo(self.entry), **self._recover()}
         fault_id = self.entry.id
         self.ledger.remove(fault_id)
         self.entry = None

@@ -11,10 +11,10 @@ gone); a live heal restarts the node and waits until it serves again
 Orphans. A process of the killed node that lives on (an engine whose API
 server died, a worker outside the group) holds memory, a GPU and the port,
 and the restart then fails or runs beside it. Before it restarts the node,
-the heal waits until ``orphan_bound_s`` after the kill for every process the
-inject recorded to be gone; those still alive then are the heal's
-``orphans`` (invariants.no_orphans judges them), and are ended by pid so the
-restart can run. After a crash, heal-all ends the recorded processes still
+the heal (``_aftermath``, before ``undo``) waits until ``orphan_bound_s``
+after the kill for every process the inject recorded to be gone; those
+still alive then are the heal's ``orphans`` (invariants.no_orphans judges
+them), and are ended by pid so the restart can run. After a crash, heal-all ends the recorded processes still
 alive (``undo``), each only if it is still the recorded process.
 """
 
@@ -199,13 +199,19 @@ class ProcessKill(Fault):
             "scope": self.scope, "node_running": running, "port": port,
             "endpoint": f"{self.node.endpoint.host}:{self.node.endpoint.port}"}
         if self.scope == "node":
-            return Effect(not running and port == "refused",
+            # Refused on loopback; a container's own address may time out or
+            # be unreachable instead. Only an accepted connection is a node
+            # that still serves.
+            return Effect(not running and port != "accepted",
                           "the node's processes and a TCP connect to its port", evidence)
         victims = [m for m in self._members() if m.pid in self._victims]
         alive = [m.pid for m in victims if is_same(m)]
         evidence.update(killed=[m.pid for m in victims], still_alive=alive)
         return Effect(bool(victims) and not alive,
                       f"the killed {self.scope} process(es), by pid and start time", evidence)
+
+    def _aftermath(self) -> dict[str, Any]:
+        return self._orphans()
 
     def _orphans(self) -> dict[str, Any]:
         """Wait until ``orphan_bound_s`` after the kill for every recorded
@@ -224,18 +230,17 @@ class ProcessKill(Fault):
                 "orphans_ended": ended, "processes_recorded": len(members)}
 
     def _recover(self) -> dict[str, Any]:
-        orphans = self._orphans()
         if not self.restart:
-            return {"restarted": False, **orphans}
-        if self.node.is_running():  # its leader lived on and was ended just now
+            return {"restarted": False}
+        if self.node.is_running():  # its leader outlived the kill and was ended just now
             wait_until(lambda: not self.node.is_running(), self.gone_within_s)
         if self.node.is_running():
-            return {"restarted": False, "why": "the node still runs", **orphans}
+            return {"restarted": False, "why": "the node still runs"}
         t0 = time.monotonic()
         self.node.start()
         self.node.wait_ready(self.ready_timeout_s)
         done: dict[str, Any] = {"restarted": True, "pid": getattr(self.node, "pid", None),
-                                "ready_after_s": round(time.monotonic() - t0, 2), **orphans}
+                                "ready_after_s": round(time.monotonic() - t0, 2)}
         # Where the restart's time went, where the node can tell (a vLLM
         # replica reads its own log): restart_readiness reports it.
         phases = getattr(self.node, "startup_phases", None)

@@ -11,6 +11,7 @@ in the ``fault`` phase and the cluster's recovery in ``after_heal``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -77,6 +78,20 @@ class FaultRun:
     def brief(self) -> dict[str, Any]:
         return {k: v.brief() for k, v in self.phases.items()}
 
+    @property
+    def effect(self) -> dict[str, Any]:
+        """fault_effective's judgement of this run's fault: ``took_effect``
+        when every window showed its effect in the system's state (the
+        heal's observation; clock_drift: the answers' clock) or is of a
+        kind with no observation (``not_observable``: Triton's sequence
+        jump), with the details and counterexamples that say what was seen."""
+        found = [i for i in self.summary.get("invariants", [])
+                 if i.get("name") == "fault_effective"]
+        d = found[0].get("details", {}) if found else {}
+        seen = d.get("effective", 0) + d.get("not_observable", 0)
+        return {"took_effect": bool(d.get("windows")) and seen == d.get("windows"),
+                "details": d, "counterexamples": found[0].get("counterexamples") if found else None}
+
 
 #: Fault kinds that act on HTTP/1.1 exchanges inside the fault proxy (L7):
 #: requests another protocol carries through the same link (Triton's gRPC,
@@ -134,9 +149,12 @@ def _count(s: PhaseStats, req: Request) -> None:
 def run_single_fault(run: OrdealRun, kind: str, target: str, params: dict[str, Any] | None = None,
                      *, inject_at_s: float = 6.0, hold_s: float = 10.0, load_s: float = 24.0,
                      rate: float = 6.0, after_heal_s: float = 10.0, seed: int = 0,
-                     max_s: float = 420.0) -> FaultRun:
+                     max_s: float = 420.0,
+                     max_tokens: tuple[int, int] | None = None) -> FaultRun:
     """Load for ``load_s`` (longer if the heal takes time) at ``rate`` req/s,
-    with ``kind`` on ``target`` from ``inject_at_s`` for ``hold_s``. A kind
+    with ``kind`` on ``target`` from ``inject_at_s`` for ``hold_s``;
+    ``max_tokens`` (a range) asks for answers that long instead of the
+    workload's short default. A kind
     the cluster's engine cannot take here is skipped with the engine's
     reason (engines/base.py ``unsupported``), before anything runs."""
     why = run.engine.unsupported(kind)
@@ -148,6 +166,8 @@ def run_single_fault(run: OrdealRun, kind: str, target: str, params: dict[str, A
     steps = [Step(inject_at_s, "inject", kind, target, 0, dict(params or {})),
              Step(inject_at_s + hold_s, "heal", kind, target, 0, dict(params or {}))]
     spec = WorkloadSpec(duration_s=load_s, rate=rate, seed=seed, timeout_s=20.0)
+    if max_tokens is not None:  # long answers: streams are in flight when the fault comes
+        spec = dataclasses.replace(spec, max_tokens=max_tokens, timeout_s=90.0)
     run.load(spec, schedule=steps, schedule_seed=seed, after_heal_s=after_heal_s, max_s=max_s)
     run.check()
     summary = run.finish()

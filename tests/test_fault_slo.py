@@ -7,8 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from invariants import (DEFAULT_CHECKERS, CheckerSettings, FaultSLO, FaultSLOTargets,
-                        RunContext, SLOTargets)
+from invariants import (
+    DEFAULT_CHECKERS,
+    CheckerSettings,
+    FaultSLO,
+    FaultSLOTargets,
+    RunContext,
+    SLOTargets,
+)
 from invariants.known import KnownFinding, KnownFindings
 from ordeal.config import ConfigError
 from ordeal.history.ops import NEMESIS, Op

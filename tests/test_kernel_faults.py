@@ -548,18 +548,22 @@ def test_process_pause_stops_every_process_and_the_heal_resumes_them(replica, tm
 
 
 @pytest.mark.cluster
+@pytest.mark.parametrize("how", [{"only": "EngineCore"}, {"scope": "engine_core"}])
 def test_pausing_only_the_engine_leaves_health_answering_200_while_no_token_comes(
-        replica, tmp_path):
+        replica, tmp_path, how):
     """The weakness issue 12 found: with only vLLM's EngineCore stopped, the
     API server still says /health 200 (a hang that looks healthy), while a
-    completion times out. A name that matches no member is refused first."""
+    completion times out. A name that matches no member is refused first.
+    ``scope="engine_core"`` chooses the same process as ``only``."""
     url = replica.endpoint.url
     ledger = Ledger(tmp_path / "ledger")
     with pytest.raises(FaultError, match=r"matches only='NoSuchProcess'.*EngineCore"):
         ProcessPause(replica, RUN_ID, ledger, only="NoSuchProcess").inject()
+    with pytest.raises(FaultError, match="not both"):
+        ProcessPause(replica, RUN_ID, ledger, only="EngineCore", scope="api_server")
     assert ledger.pending() == []
     assert probe(url, completion=True).ok
-    fault = ProcessPause(replica, RUN_ID, ledger, only="EngineCore")
+    fault = ProcessPause(replica, RUN_ID, ledger, **how)
     injected = fault.inject()
     try:
         paused = injected["pids"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from invariants import Failover, RunContext
+from invariants import Failover, FaultSLO, RunContext
 from invariants.known import (
     SHIPPED_DIR,
     KnownFinding,
@@ -146,18 +146,35 @@ def faults_of(ops):
             if o.process == "nemesis" and o.f == "inject" and o.value.get("phase") == "begin"]
 
 
+def without(text: str, invariant: str, fault: str) -> str:
+    """The findings file less the [[finding]] of ``invariant`` under ``fault``."""
+    blocks = text.split("[[finding]]")
+    kept = [b for b in blocks[1:]
+            if not (f'invariant = "{invariant}"' in b and f'fault = "{fault}"' in b)]
+    assert len(kept) == len(blocks) - 2, f"no single {invariant}/{fault} finding"
+    return blocks[0] + "".join("[[finding]]" + b for b in kept)
+
+
 def test_the_real_smoke_passes_with_the_shipped_file_and_fails_without_a_finding(tmp_path):
     ops = real_ops()
-    result = Failover().check(ops, RunContext(run_id="real")).to_dict()
-    assert result["valid"] is False and result["details"]["max_ejection_s"] > 5
+    results = [c.check(ops, RunContext(run_id="real")).to_dict()
+               for c in (Failover(), FaultSLO())]
+    by_name = {r["name"]: r for r in results}
+    assert by_name["failover"]["valid"] is False
+    assert by_name["failover"]["details"]["max_ejection_s"] > 5
     shipped = read_known_findings(SHIPPED)
 
-    invs = [json.loads(json.dumps(result))]
+    invs = json.loads(json.dumps(results))
     out = shipped.apply(invs, faults_of(ops))
-    assert invs[0].get("known") and summary(invs)["verdict"] == "pass", out
+    assert all(i["valid"] is True or i.get("known") for i in invs), out
+    assert summary(invs)["verdict"] == "pass", out
 
-    text = SHIPPED.read_text()
-    without_partition = text[:text.rindex("[[finding]]")]
-    invs = [json.loads(json.dumps(result))]
-    read_known_findings(write(tmp_path, without_partition)).apply(invs, faults_of(ops))
-    assert "known" not in invs[0] and summary(invs)["verdict"] == "fail"
+    # Each finding the run needs, removed, makes it fail again.
+    for name in ("failover", "fault_slo"):
+        if by_name[name]["valid"] is True:
+            continue  # this run's windows happened to meet it
+        text = without(SHIPPED.read_text(), name, "network_partition")
+        invs = json.loads(json.dumps(results))
+        read_known_findings(write(tmp_path, text)).apply(invs, faults_of(ops))
+        [inv] = [i for i in invs if i["name"] == name]
+        assert "known" not in inv and summary(invs)["verdict"] == "fail", name

@@ -10,6 +10,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 def test_transfers_slow_down_while_injected_and_recover(ordeal_run):
     r = run_single_fault(ordeal_run, "bandwidth_limit", "client-router",
                          {"rate_kbps": 2, "direction": "downstream"})
+    assert r.effect["took_effect"], r.effect  # seen in the system's state
     steady, fault, after = r.phases["steady"], r.phases["fault"], r.phases["after_heal"]
     assert r.window.get("injected") and r.window.get("healed"), r.window
     assert fault.requests >= 10 and after.requests >= 10, r.brief()

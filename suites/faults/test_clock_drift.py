@@ -12,6 +12,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 def test_replica_clock_moves_while_injected_and_returns_after_heal(ordeal_run):
     r = run_single_fault(ordeal_run, "clock_drift", "replica-1",
                          {"mode": "offset", "offset_s": 3600})
+    assert r.effect["took_effect"], r.effect  # seen in the system's state
     steady, fault, after = r.phases["steady"], r.phases["fault"], r.phases["after_heal"]
     assert r.window.get("injected") and r.window.get("healed"), r.window
     assert abs(steady.median_skew("replica-1")) <= 3, r.brief()

@@ -9,6 +9,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 
 def test_resets_are_seen_by_clients_and_stop_after_heal(ordeal_run):
     r = run_single_fault(ordeal_run, "connection_reset", "client-router", {"timeout_ms": 0})
+    assert r.effect["took_effect"], r.effect  # seen in the system's state
     steady, fault, after = r.phases["steady"], r.phases["fault"], r.phases["after_heal"]
     assert r.window.get("injected") and r.window.get("healed"), r.window
     assert fault.requests >= 10, r.brief()

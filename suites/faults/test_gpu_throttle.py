@@ -18,6 +18,7 @@ def e2e_of(phase, node):
 
 def test_throttled_replica_slows_down_and_recovers(ordeal_run):
     r = run_single_fault(ordeal_run, "gpu_throttle", "replica-1", {"cpu_fraction": 0.2})
+    assert r.effect["took_effect"], r.effect  # seen in the system's state
     steady, fault, after = r.phases["steady"], r.phases["fault"], r.phases["after_heal"]
     assert r.window.get("injected") and r.window.get("healed"), r.window
     print("analog:", r.window["inject_result"].get("analog"))

@@ -11,6 +11,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 def test_aborts_with_503_are_seen_and_stop_after_heal(ordeal_run):
     r = run_single_fault(ordeal_run, "http_fault", "client-router", {"mode": "abort",
                                                                      "status": 503})
+    assert r.effect["took_effect"], r.effect  # seen in the system's state
     fault, after = r.phases["fault"], r.phases["after_heal"]
     assert r.window.get("injected") and r.window.get("healed"), r.window
     # A request in flight at the inject whose response had already begun is

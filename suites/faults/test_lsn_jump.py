@@ -25,6 +25,7 @@ def when(iso: str) -> float:
 def test_duplicated_stream_events_are_caught_and_stop_after_heal(ordeal_run):
     r = run_single_fault(ordeal_run, "lsn_jump", "client-router",
                          {"mode": "duplicate", "after_events": 2})
+    assert r.effect["took_effect"], r.effect  # seen in the system's state
     after = r.phases["after_heal"]
     assert r.window.get("injected") and r.window.get("healed"), r.window
     caught = ordeal_run.engine.lsn_jump_evidence(r.summary["invariants"])

@@ -10,6 +10,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 
 def test_partitioned_replica_leaves_rotation_and_returns(ordeal_run):
     r = run_single_fault(ordeal_run, "network_partition", "replica-1", {"mode": "drop"})
+    assert r.effect["took_effect"], r.effect  # seen in the system's state
     fault, after = r.phases["fault"], r.phases["after_heal"]
     assert r.window.get("injected") and r.window.get("healed"), r.window
     # The monitor, which talks to each replica directly, saw the cut ...

@@ -10,6 +10,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 
 def test_packets_are_really_dropped_and_the_loss_stops_after_heal(ordeal_run):
     r = run_single_fault(ordeal_run, "packet_loss", "replica-1", {"probability": 0.1})
+    assert r.effect["took_effect"], r.effect  # seen in the system's state
     fault, after = r.phases["fault"], r.phases["after_heal"]
     assert r.window.get("injected") and r.window.get("healed"), r.window
     heal = r.window["heal_result"]

@@ -10,6 +10,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 
 def test_killed_replica_is_gone_then_restarted_and_serving(ordeal_run):
     r = run_single_fault(ordeal_run, "process_kill", "replica-1", hold_s=2.0)
+    assert r.effect["took_effect"], r.effect  # seen in the system's state
     fault, after = r.phases["fault"], r.phases["after_heal"]
     assert r.window.get("injected") and r.window.get("healed"), r.window
     assert r.window["inject_result"]["signal"] == "SIGKILL"
@@ -33,6 +34,7 @@ def test_one_process_killed_alone_takes_its_node_down_and_leaves_no_orphan(ordea
     the restart."""
     r = run_single_fault(ordeal_run, "process_kill", "replica-1", {"scope": scope},
                          hold_s=2.0)
+    assert r.effect["took_effect"], r.effect  # seen in the system's state
     inject, heal = r.window["inject_result"], r.window["heal_result"]
     assert r.window.get("injected") and r.window.get("healed"), r.window
     assert inject["scope"] == scope and len(inject["killed"]) == 1, inject
@@ -44,3 +46,19 @@ def test_one_process_killed_alone_takes_its_node_down_and_leaves_no_orphan(ordea
     assert orphans["details"]["checked"] == 1, orphans
     # Valid, or an orphan the known-findings file lists for this stack.
     assert orphans["valid"] is True or orphans.get("known"), orphans
+
+
+def test_long_streams_cut_by_a_kill_end_with_their_cause(ordeal_run):
+    """Answers of 200-300 tokens, so streams are in flight on the replica
+    when it dies: each must end fail/info with its cause, never ok and
+    short (stream_continuity), and how many each kill cost is a figure."""
+    r = run_single_fault(ordeal_run, "process_kill", "replica-1", hold_s=2.0, rate=2.0,
+                         load_s=20.0, max_tokens=(200, 300))
+    assert r.effect["took_effect"], r.effect  # seen in the system's state
+    assert r.window.get("injected") and r.window["heal_result"]["restarted"] is True, r.window
+    [sc] = [i for i in r.summary["invariants"] if i["name"] == "stream_continuity"]
+    d = sc["details"]
+    assert d["kills"] == 1 and d["streams_in_flight_at_kills"] >= 1, d
+    assert d["streams_lost_per_kill"] is not None, d
+    assert d["truncated_ok"] == 0 and d["non_ok_without_cause"] == 0, sc["counterexamples"]
+    assert sc["valid"] is True, sc

@@ -10,6 +10,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 
 def test_paused_replica_is_seen_hung_and_serves_after_heal(ordeal_run):
     r = run_single_fault(ordeal_run, "process_pause", "replica-1")
+    assert r.effect["took_effect"], r.effect  # seen in the system's state
     fault, after = r.phases["fault"], r.phases["after_heal"]
     assert r.window.get("injected") and r.window.get("healed"), r.window
     assert fault.health["replica-1"]["None"] >= 1, r.brief()  # /health hangs

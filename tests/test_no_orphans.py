@@ -1,0 +1,131 @@
+"""no_orphans: after a kill, no process of the dead node lives on past the
+bound. The checker over planted heal records (the shape
+faults/process_kill.py writes), and the kill's orphan check on real
+processes: a labelled group whose child leaves it (setsid) and survives the
+group's SIGKILL is found, recorded and ended by pid; the real vLLM replica
+is in suites/faults/test_process_kill.py (scopes api_server, engine_core)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from faults.base import FaultError
+from faults.ledger import Ledger
+from faults.node_processes import SCOPES, is_same, node_members, scope_pids
+from faults.process_kill import ProcessKill
+from invariants import DEFAULT_CHECKERS, NoOrphans, RunContext
+from nodes.local import LocalNode
+from nodes.ports import free_ports
+from nodes.process import ManagedProcess
+from ordeal import procfs
+from ordeal.history.ops import NEMESIS, Op
+from ordeal.topology import Endpoint
+
+CTX = RunContext(run_id="t")
+
+
+def history(*heals):
+    ops, t = [], 0
+    for heal in heals:
+        kind = heal.pop("kind", "process_kill")
+        v = {"kind": kind, "target": "replica-1"}
+        for f, phase, extra in (("inject", "begin", {}), ("inject", "end", {}),
+                                ("heal", "begin", {}), ("heal", "end", heal)):
+            t += 1
+            ops.append(Op(len(ops), t * 10**9, "2026-12-02T00:00:00.000Z", "info", NEMESIS, f,
+                          {**v, **extra, "phase": phase}))
+    return ops
+
+
+def test_a_kill_whose_heal_found_nothing_alive_is_valid():
+    r = NoOrphans().check(history({"scope": "node", "orphan_bound_s": 10, "orphans": []}), CTX)
+    assert r.valid is True and r.details["checked"] == 1 and r.details["orphans"] == 0
+    assert NoOrphans in DEFAULT_CHECKERS
+
+
+def test_an_orphan_is_a_violation_with_its_pid_name_and_age():
+    orphan = {"pid": 4242, "names": "python -B -c resource_tracker", "alive_after_kill_s": 12.1}
+    r = NoOrphans().check(history(
+        {"scope": "node", "orphan_bound_s": 10, "orphans": []},
+        {"scope": "api_server", "orphan_bound_s": 10, "orphans": [orphan]}), CTX)
+    assert r.valid is False
+    assert r.details["kills"] == 2 and r.details["orphans"] == 1
+    assert r.details["violations_by_window"] == {"process_kill@replica-1#2": 1}
+    assert r.details["kills_by_scope"] == {"node": 1, "api_server": 1}
+    [ex] = r.counterexamples
+    assert "pid 4242 (python -B -c resource_tracker) of replica-1 still ran 12.1s" in \
+        ex["problem"]
+
+
+def test_heals_without_an_orphan_check_are_counted_not_judged():
+    r = NoOrphans().check(history({"restarted": True}, {"kind": "process_pause"}), CTX)
+    assert r.valid is True and r.details["kills"] == 1 and r.details["not_checked"] == 1
+
+
+# -- the kill's orphan check, on real processes ------------------------------------
+
+ESCAPER = r"""
+import os, subprocess, sys, time, http.server, threading
+port = int(sys.argv[1])
+# A child that leaves the group (as a worker that calls setsid would): a
+# group SIGKILL misses it.
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                 start_new_session=True)
+class Ok(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
+http.server.HTTPServer(("127.0.0.1", port), Ok).serve_forever()
+"""
+
+
+@pytest.fixture
+def escaping_node(tmp_path):
+    port = free_ports(1)[0]
+    proc = ManagedProcess("escaper", [sys.executable, "-c", ESCAPER, str(port)],
+                          dict(os.environ), tmp_path / "escaper.log", "orphan-test")
+    node = LocalNode("escaper", "replica", Endpoint("127.0.0.1", port), proc, hint="")
+    node.start()
+    try:
+        node.wait_ready(30)
+        yield node
+    finally:
+        left = node_members(node) if node.is_running() else []
+        node.stop(grace=2)
+        for m in left:  # a failed test's escaped child: ours, by pid
+            if is_same(m):
+                os.kill(m.pid, signal.SIGKILL)
+
+
+def test_a_process_outside_the_group_that_outlives_the_kill_is_found_and_ended(
+        escaping_node, tmp_path):
+    members = node_members(escaping_node)
+    outside = [m for m in members if m.pgid != escaping_node.pid]
+    assert len(outside) == 1, members  # found by its labels, not by its group
+    fault = ProcessKill(escaping_node, "orphan-test", Ledger(tmp_path / "ledger"),
+                        restart=False, orphan_bound_s=1.0)
+    fault.inject()
+    t0 = time.monotonic()
+    healed = fault.heal()
+    assert healed["effect"]["effective"] is True
+    [orphan] = healed["orphans"]
+    assert orphan["pid"] == outside[0].pid and orphan["alive_after_kill_s"] >= 1.0
+    assert healed["orphans_ended"] == [outside[0].pid]
+    assert time.monotonic() - t0 < 30
+    assert procfs.start_time(outside[0].pid) is None  # gone (or a zombie to be reaped)
+
+
+def test_scopes_are_checked_before_anything_changes(escaping_node, tmp_path):
+    with pytest.raises(FaultError, match="scope 'everything' is unknown"):
+        ProcessKill(escaping_node, "t", Ledger(tmp_path / "l"), scope="everything")
+    with pytest.raises(FaultError, match="matches no process of escaper; its members are"):
+        scope_pids(escaping_node, "engine_core", "process_kill")
+    assert scope_pids(escaping_node, "api_server", "process_kill") == [escaping_node.pid]
+    assert set(SCOPES) == {"node", "api_server", "engine_core"}
+    assert escaping_node.is_running()
