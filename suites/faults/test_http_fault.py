@@ -1,5 +1,8 @@
-"""http_fault: the client-router link answers 503, then (a second run) cuts
-streams with an error event under HTTP 200."""
+"""http_fault: the client-router link answers 503 to every response head
+while injected; every such request is an unknown outcome (info), and all
+succeed again after the heal. (The other modes, error events, truncation,
+malformed SSE and a delayed head, are tested against a real replica in
+tests/test_link_faults.py.)"""
 
 import pytest
 

@@ -1,5 +1,8 @@
 """network_partition: one replica cut off (packets dropped both ways). The
-router must route around it, and take it back after the heal."""
+router must route around it (failover: no new request to it after
+``failover_bound_s``, and the requests after that bound meet [fault_slo];
+each valid, or a finding the known-findings file lists for this stack), and
+take it back after the heal."""
 
 import pytest
 
@@ -19,3 +22,6 @@ def test_partitioned_replica_leaves_rotation_and_returns(ordeal_run):
     # ... and after the heal the replica answers and serves traffic again.
     assert after.health["replica-1"]["200"] >= 1, r.brief()
     assert after.nodes["replica-1"] >= 1 and after.ok_share == 1.0, r.brief()
+    judged = {i["name"]: i for i in r.summary["invariants"]}
+    for name in ("failover", "fault_slo"):
+        assert judged[name]["valid"] is True or judged[name].get("known"), judged[name]
