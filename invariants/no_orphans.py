@@ -16,7 +16,9 @@ check, a kill without ``restart`` whose heal failed). The Ray node faults
 end the engines Ray orphans as part of their heal (``orphans_ended``); that
 is Ray's behaviour on a lost node, shown in their heal and not judged here.
 
-Memory: one counter set, at most ``MAX_COUNTEREXAMPLES`` examples.
+Memory: one counter set, at most ``MAX_WINDOW_ROWS`` windows itemised (a
+violation in a window past them is counted, and no known finding can cover
+it), at most ``MAX_COUNTEREXAMPLES`` examples.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ordeal.history.windows import CLOSED, FaultWindows
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker
 
 KILL = "process_kill"
+MAX_WINDOW_ROWS = 64  # windows itemised in violations_by_window; all are counted
 
 
 class NoOrphans(StreamingChecker):
@@ -66,7 +69,8 @@ class NoOrphans(StreamingChecker):
             return
         self.counts["orphans"] += len(orphans)
         self.counts["kills_with_orphans"] += 1
-        self.by_window[w.label] = len(orphans)
+        if len(self.by_window) < MAX_WINDOW_ROWS:
+            self.by_window[w.label] = len(orphans)
         for o in orphans:
             if len(self.examples) >= MAX_COUNTEREXAMPLES:
                 break

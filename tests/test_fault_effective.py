@@ -153,3 +153,17 @@ def test_a_run_without_faults_has_nothing_to_prove_and_it_is_a_default_checker()
     p.answer(1, 1.1, "replica-0")
     r = p.judge()
     assert r.valid is True and r.details["windows"] == 0
+
+
+def test_memory_is_bounded_by_what_is_open_not_run_length():
+    p = Plan()
+    for i in range(300):
+        t = 10 * i
+        p.fault(t + 1, t + 5, effect=seen(i % 2 == 0, packets_matched=i % 2 * 7))
+        p.fault(t + 2, t + 6, kind="clock_drift", inject_value={"offset_s": 3600})
+        p.answer(t + 4.5, t + 4.6, "replica-1", created=epoch(t + 4.5) + 3600)
+    checker = FaultEffective()
+    r = checker.check(sorted(p.ops, key=lambda o: o.time_ns), CTX)
+    assert not checker.clocks and not checker.invoked and len(checker.examples) <= 5
+    assert r.details["windows"] == 600 and r.details["no_effect"] == 150
+    assert r.details["by_kind"]["clock_drift"]["effective"] == 300

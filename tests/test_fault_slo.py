@@ -190,3 +190,24 @@ def test_fault_slo_is_read_from_the_slo_file_beside_slo(tmp_path):
 
 def test_it_is_a_default_checker():
     assert FaultSLO in DEFAULT_CHECKERS
+
+
+def test_memory_is_bounded_by_window_rows_not_run_length():
+    from invariants.fault_slo import MAX_WINDOW_ROWS
+    p = Plan()
+    steady(p, 0, 1, node="replica-1")
+    n = 3 * MAX_WINDOW_ROWS
+    for i in range(n):
+        t = 2 + 20 * i
+        steady(p, t, t + 20)
+        p.fault(t, t + 14)
+        for at in (t + 8, t + 9, t + 10):  # each window: three stalled after the bound
+            p.request(at, t + 14.3, "replica-1", ttft_ms=5000)
+    checker = FaultSLO()
+    ops = sorted(p.ops, key=lambda o: o.time_ns)
+    r = checker.check([replace(o, index=i) for i, o in enumerate(ops)], CTX)
+    assert len(checker.rows) == MAX_WINDOW_ROWS and not checker.invoked
+    assert r.details["windows"] == n and r.details["violations"] == n
+    assert len(r.details["windows_shown"]) == MAX_WINDOW_ROWS
+    assert r.details["windows_not_shown"] == n - MAX_WINDOW_ROWS
+    assert len(r.counterexamples) <= 5

@@ -129,3 +129,14 @@ def test_scopes_are_checked_before_anything_changes(escaping_node, tmp_path):
     assert scope_pids(escaping_node, "api_server", "process_kill") == [escaping_node.pid]
     assert set(SCOPES) == {"node", "api_server", "engine_core"}
     assert escaping_node.is_running()
+
+
+def test_windows_itemised_are_bounded_and_every_orphan_is_counted():
+    from invariants.no_orphans import MAX_WINDOW_ROWS
+    orphan = {"pid": 1, "names": "x", "alive_after_kill_s": 11.0}
+    heals = [{"scope": "node", "orphan_bound_s": 10, "orphans": [dict(orphan)]}
+             for _ in range(2 * MAX_WINDOW_ROWS)]
+    r = NoOrphans().check(history(*heals), CTX)
+    assert r.details["orphans"] == 2 * MAX_WINDOW_ROWS
+    assert len(r.details["violations_by_window"]) == MAX_WINDOW_ROWS
+    assert len(r.counterexamples) == 5
