@@ -720,12 +720,16 @@ def test_libfaketime_moves_only_the_wall_clock_and_neutral_resets_a_rate(tmp_pat
     finally:
         proc.kill()
         proc.wait()
-    assert abs(off[-1][0] - 3600) < 0.5  # the wall clock moved
-    assert all(0 < b[1] - a[1] < 1.0 for a, b in itertools.pairwise(off))  # monotonic did not jump
+    # Bounds against what is asked, not against this machine's speed: an
+    # hour moved (a stale real-time stamp on a loaded machine costs seconds,
+    # not an hour), the monotonic clock without an hour's jump, a rate of
+    # x3 (slope 2) against x1 (slope 0).
+    assert abs(off[-1][0] - 3600) < 60, off[-1]  # the wall clock moved by the hour
+    assert all(0 < b[1] - a[1] < 60 for a, b in itertools.pairwise(off))  # monotonic: no jump
     # A rate runs from the process's start: "+0 x3" jumps, then gains 2 s/s.
     assert rate[-1][0] > 2 * 3 and slope(rate) > 1.5, rate
     assert slope(sticky) > 1.5, sticky  # "+0" alone: still x3
-    assert abs(neutral[-1][0]) < 0.3 and abs(slope(neutral)) < 0.2, neutral
+    assert abs(neutral[-1][0]) < 2.0 and abs(slope(neutral)) < 0.5, neutral
 
 
 def stamp_real_time(path: Path) -> None:

@@ -68,7 +68,9 @@ def test_watch_sees_a_real_process_die_and_waits_out_its_grace(tmp_path, health_
             return time.monotonic() - t0, message
 
         took, message = asyncio.run(scenario())
-        assert 1.4 <= took <= 4.0, took
+        # At least the grace (1.5 s, less a poll): the watch never gives up
+        # early; at most the grace and a loaded machine's few seconds more.
+        assert 1.4 <= took <= 1.5 + 5.0, took
         assert "killed by SIGKILL (exit status -9)" in message, message
         assert f"pid {proc.pid}" in message and "refuses connections" in message, message
         assert str(tmp_path / "router.log") in message and "what to do" in message, message
