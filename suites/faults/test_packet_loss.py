@@ -3,6 +3,7 @@ retransmits: requests slow down but still succeed."""
 
 import pytest
 
+from faults import iptables
 from runs.single_fault import run_single_fault
 
 pytestmark = [pytest.mark.faults, pytest.mark.cluster]
@@ -19,5 +20,7 @@ def test_packets_are_really_dropped_and_the_loss_stops_after_heal(ordeal_run):
     n, p = heal["packets_seen"], 0.1
     assert abs(heal["loss_rate"] - p) <= 5 * (p * (1 - p) / n) ** 0.5, heal
     assert heal["existed"] is True  # the chain was there until the heal removed it
+    # ... and is gone now, as the kernel's own listing shows: no loss is left.
+    assert heal["chain"] not in [c.name for c in iptables.list_chains()], heal
     assert fault.requests >= 10 and after.ok_share == 1.0, r.brief()
     assert after.nodes["replica-1"] >= 1, r.brief()
