@@ -71,20 +71,32 @@ def test_an_exploration_finds_shrinks_and_replays_a_failure(ordeal_cluster, orde
     assert Ledger().pending() == []
     assert make_clean(ordeal_cluster, ordeal_say) == []
 
-    # The file it keeps is a reproducer: replaying it breaks the same way.
-    path = save_schedule(run_dir / "minimal-schedule.json", minimal)
-    saved = load_schedule(path)
-    seen = []
-    for attempt in (1, 2):
-        run = OrdealRun(RunDir.create(tmp_path / "runs", f"replay-{attempt}"),
-                        f"replay-{attempt}", ordeal_cluster, ordeal_say)
-        results = replay(run, saved)
-        run.finish()
-        seen.append(broken(results))
-        ordeal_say(f"replay {attempt}: false {seen[-1]}")
-        assert Ledger().pending() == []
+    # The file it keeps is a reproducer: replaying it breaks the same way. A
+    # failure found right after the previous example's engine pause may owe
+    # it to that pause (docs/DEVELOPING.md, traps): then the next smallest
+    # failure is tried, up to three, each of at most a few pause steps.
+    remaining, tried = list(ctx.failures), []
+    while remaining and len(tried) < 3:
+        candidate = smallest(remaining)
+        remaining.remove(candidate)
+        assert len(candidate.steps) <= 4 and "health_truthful" in candidate.broke, candidate
+        path = save_schedule(run_dir / "minimal-schedule.json", candidate)
+        saved = load_schedule(path)
+        seen = []
+        for attempt in (1, 2):
+            run = OrdealRun(RunDir.create(tmp_path / "runs", f"replay-{len(tried)}-{attempt}"),
+                            f"replay-{attempt}", ordeal_cluster, ordeal_say)
+            results = replay(run, saved)
+            run.finish()
+            seen.append(broken(results))
+            ordeal_say(f"replay {attempt} of {len(saved.steps)} step(s): false {seen[-1]}")
+            assert Ledger().pending() == []
+            if set(saved.broke) <= set(seen[-1]):
+                break
+        tried.append((len(saved.steps), seen))
         if set(saved.broke) <= set(seen[-1]):
             break
     else:
-        pytest.fail(f"the minimal schedule broke {saved.broke} when found; replays broke {seen}")
+        pytest.fail(f"no failure replayed: {ctx.failures[0].broke} broke when found; "
+                    f"replays (steps, invariants broken) {tried}")
     assert make_clean(ordeal_cluster, ordeal_say) == []
