@@ -15,9 +15,11 @@ from __future__ import annotations
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ordeal.config import ConfigError
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -58,16 +60,20 @@ class SLOTargets:
 
     @classmethod
     def from_table(cls, table: dict[str, Any], where: str) -> "SLOTargets":
-        """Targets from a plain mapping; an unknown key or a value that is
-        not a number raises ConfigError naming ``where``."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(table) - known)
-        if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
-        try:
-            return replace(cls(), **{k: float(v) for k, v in table.items()})
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"{where}: every value must be a number ({e})") from e
+        return _targets_from_table(cls, table, where)
+
+
+def _targets_from_table(cls: type[_T], table: dict[str, Any], where: str) -> _T:
+    """Targets (a dataclass of numbers) from a plain mapping; an unknown key
+    or a value that is not a number raises ConfigError naming ``where``."""
+    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
+    try:
+        return replace(cls(), **{k: float(v) for k, v in table.items()})  # type: ignore[type-var]
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: every value must be a number ({e})") from e
 
 
 def _read_slo_file(p: Path) -> dict[str, Any]:
@@ -102,14 +108,7 @@ class FaultSLOTargets:
 
     @classmethod
     def from_table(cls, table: dict[str, Any], where: str) -> "FaultSLOTargets":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(table) - known)
-        if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
-        try:
-            return replace(cls(), **{k: float(v) for k, v in table.items()})
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"{where}: every value must be a number ({e})") from e
+        return _targets_from_table(cls, table, where)
 
 
 #: The tables an SLO file may hold.
