@@ -20,6 +20,8 @@ spawned, which keeps its environment).
 
 from __future__ import annotations
 
+import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,3 +148,17 @@ def node_members(node: Node) -> list[Member]:
     if cluster is not None:
         pids |= set(labelled_pids(cluster, node.name))
     return snapshot(sorted(pids))
+
+
+def kill_members(members: list[Member]) -> list[int]:
+    """SIGKILL each member that is still the recorded process (never a later
+    one that reuses its pid). Returns the pids signalled."""
+    killed = []
+    for m in members:
+        if is_same(m):
+            try:
+                os.kill(m.pid, signal.SIGKILL)
+                killed.append(m.pid)
+            except ProcessLookupError:
+                pass
+    return killed

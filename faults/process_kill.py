@@ -20,7 +20,6 @@ alive (``undo``), each only if it is still the recorded process.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import time
@@ -32,7 +31,15 @@ from ordeal.topology import Endpoint, Node
 
 from .base import Effect, Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
-from .node_processes import SCOPES, Member, is_same, node_members, proc_names, scope_pids
+from .node_processes import (
+    SCOPES,
+    Member,
+    is_same,
+    kill_members,
+    node_members,
+    proc_names,
+    scope_pids,
+)
 
 
 def connect_state(endpoint: Endpoint, timeout_s: float = 2.0) -> str:
@@ -69,14 +76,7 @@ def wait_gone(members: list[Member], timeout_s: float) -> list[int]:
 def end_members(members: list[Member], timeout_s: float = 10.0) -> list[int]:
     """SIGKILL each member that is still the recorded process, and wait
     until they are gone. Returns the pids it signalled."""
-    ended = []
-    for m in members:
-        if is_same(m):
-            try:
-                os.kill(m.pid, signal.SIGKILL)
-                ended.append(m.pid)
-            except ProcessLookupError:
-                pass
+    ended = kill_members(members)
     wait_gone(members, timeout_s)
     return ended
 
@@ -175,12 +175,7 @@ class ProcessKill(Fault):
         victims = [m for m in self._members() if m.pid in self._victims]
         names = {m.pid: proc_names(m.pid)[:60] for m in victims}
         t0 = self._killed_at = time.monotonic()
-        for m in victims:
-            if is_same(m):
-                try:
-                    os.kill(m.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        kill_members(victims)
         left = wait_gone(victims, self.gone_within_s)
         if left:
             raise RuntimeError(f"{self.node.name}: {left} still run {self.gone_within_s:.0f} s "

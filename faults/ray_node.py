@@ -56,7 +56,8 @@ from ordeal.ownership import (
 from . import iptables
 from .base import Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
-from .process_pause import Member, continue_members, is_same, snapshot, wait_states
+from .node_processes import kill_members
+from .process_pause import Member, continue_members, snapshot, wait_states
 
 RAY_TEMP_PREFIX = "ordeal-ray-"
 #: After a pause or partition ends, how long Ray may still take to declare
@@ -75,19 +76,6 @@ def _members(node: Any) -> tuple[list[Member], list[dict[str, Any]]]:
             engines.append({"name": r.name, "pgid": r.pid, "pids": r.pids()})
     pids = list(node.pids()) + [p for e in engines for p in e["pids"]]
     return snapshot(pids), engines
-
-
-def _kill_members(members: list[Member]) -> list[int]:
-    """SIGKILL each member that is still the recorded process."""
-    killed = []
-    for m in members:
-        if is_same(m):
-            try:
-                os.kill(m.pid, signal.SIGKILL)
-                killed.append(m.pid)
-            except ProcessLookupError:
-                pass
-    return killed
 
 
 def _wait_gone(pids: list[int], timeout: float = 15.0) -> list[int]:
@@ -224,7 +212,7 @@ class _RayNodeFault(Fault):
         if dead or not self.node.is_running():
             engine_pids = {m.pid for m in self._recorded()} - set(self.node.pids())
             stale = [m for m in self._recorded() if m.pid in engine_pids]
-            _wait_gone(_kill_members(stale))
+            _wait_gone(kill_members(stale))
         return orphans
 
 
@@ -238,7 +226,7 @@ class RayNodeLoss(_RayNodeFault):
         members = self._recorded()
         self._t_act = time.monotonic()
         self.node.signal(signal.SIGKILL)  # the node's group, whatever forked since
-        killed = _kill_members(members)
+        killed = kill_members(members)
         left = _wait_gone([m.pid for m in members])
         if left:
             raise RuntimeError(f"ray_node_loss: {self.node.name}: {left} still run 15 s after "
