@@ -3,12 +3,12 @@ latency added on the client-router link is flagged as a regression of the
 run without it, and a second run like the baseline passes.
 
 Three 20 s runs of the same seeded load on the session cluster, judged by
-the real checkers and summarised as a suite would. The thresholds are the
-CPU-machine file the README recommends (latency may vary by 100% between
-identical runs on 2 shared cores); the planted 400 ms per response is far
-beyond that. A 20 s run has about 80 requests, so p99 (one or two of them:
-a like run once had it 3x the baseline's) is not compared, by the default
-``min_tail_samples``; p50 and p90 are.
+the real checkers and summarised as a suite would. The thresholds are raised
+for the 2-core CPU machine, as the README recommends, because two identical
+runs there differ by more than 100% in p90 latency: a figure regresses only
+when worse by 100% and by 300 ms. The planted 1000 ms per response is far
+beyond both. A 20 s run has about 80 requests, so p99 (one or two of them) is
+not compared, by the default ``min_tail_samples``; p50 and p90 are.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from runs.run import OrdealRun
 CPU_THRESHOLDS = """
 [latency]
 relative = 1.0
-absolute_ms = 100.0
+absolute_ms = 300.0
 """
 
 
@@ -59,7 +59,7 @@ def test_a_slower_run_regresses_and_a_like_run_passes(ordeal_cluster, ordeal_say
     thresholds.write_text(CPU_THRESHOLDS)
     base_run, base = one_run(ordeal_cluster, ordeal_say, tmp_path, "baseline")
     _, like = one_run(ordeal_cluster, ordeal_say, tmp_path, "like-baseline")
-    _, slow = one_run(ordeal_cluster, ordeal_say, tmp_path, "slower", latency_ms=400)
+    _, slow = one_run(ordeal_cluster, ordeal_say, tmp_path, "slower", latency_ms=1000)
     assert base["ops"]["ok"] >= 40, base["ops"]
 
     like = apply_baseline(like, base_run.run_dir.path, thresholds)
