@@ -3,6 +3,9 @@
     python -m faults.proxy --control 127.0.0.1:CPORT \\
         --link NAME=LISTENPORT:UPSTREAMHOST:UPSTREAMPORT [--link ...] --seed N
 
+With no ``--link`` it starts with none: links are then made over the control
+API's Toxiproxy face (``POST /proxies``), as with a ``toxiproxy-server``.
+
 Listens on 127.0.0.1 and forwards only to loopback, unless the suite names
 a network it created with ``--allow-upstream CIDR`` (a Docker network of the
 run), on whose address ``--listen-host`` may then be too. Prints one line
@@ -85,8 +88,6 @@ def main(argv: list[str] | None = None) -> int:
         host, _, port = args.control.rpartition(":")
         if not port.isdigit():
             raise LinkError(f"--control {args.control!r}: write HOST:PORT, e.g. 127.0.0.1:18100")
-        if not args.link:
-            raise LinkError("no --link given; add at least one NAME=LPORT:UHOST:UPORT")
         allowed = tuple(args.allow_upstream)
         specs = [LinkSpec.parse(text, args.listen_host, allowed) for text in args.link]
         proxy = FaultProxy(specs, host.strip("[]") or "127.0.0.1", int(port), args.seed,

@@ -7,6 +7,7 @@ attribute read (the fast path)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 import logging
 from dataclasses import dataclass
@@ -84,10 +85,15 @@ def require_loopback(host: str, what: str, allowed: tuple[str, ...] = ()) -> Non
 
 
 class ProxyLink:
+    """A link's listener, toxics and counters. ``enabled`` is Toxiproxy's
+    "proxy enabled": a disabled link does not listen (a connection is
+    refused) and has dropped the connections it had; its toxics stay."""
+
     def __init__(self, spec: LinkSpec, seed: int):
         self.spec = spec
         self.name = spec.name
         self.seed = seed
+        self.enabled = False  # listening; set by set_enabled (FaultProxy.start enables)
         self.toxics: dict[str, Toxic] = {}
         self.l4: dict[str, list[Toxic]] = {"upstream": [], "downstream": []}
         self.l7: list[L7Toxic] = []
@@ -101,6 +107,9 @@ class ProxyLink:
         self.server: asyncio.AbstractServer | None = None
         self.port = spec.listen_port
         self._conns: set[Connection] = set()
+        # Bumped on every stop: a connection accepted before a stop whose
+        # upstream connect finishes after it is closed, not proxied.
+        self._generation = 0
 
     # -- toxics ---------------------------------------------------------------
 
@@ -124,6 +133,17 @@ class ProxyLink:
         log.info("link %s: removed toxic %s", self.name, name)
         return toxic
 
+    def replace(self, toxic: Toxic) -> Toxic:
+        """Swap the toxic of the same name for ``toxic`` (Toxiproxy's toxic
+        update); the old one is removed as by ``remove`` (what it held is
+        released), the new one keeps its place in the order. Returns the old."""
+        old = self.toxics[toxic.name]
+        self.toxics[toxic.name] = toxic
+        old.removed.set()
+        self._rebuild()
+        log.info("link %s: replaced toxic %s", self.name, toxic.describe())
+        return old
+
     def reset(self) -> int:
         names = list(self.toxics)
         for name in names:
@@ -143,6 +163,7 @@ class ProxyLink:
     def describe(self) -> dict:
         return {"name": self.name,
                 "listen": f"{self.spec.listen_host}:{self.port}",
+                "enabled": self.enabled,
                 "upstream": f"{self.spec.upstream_host}:{self.spec.upstream_port}",
                 "toxics": [t.describe() for t in self.toxics.values()],
                 "counters": {"connections": self.connections, "active": self.active,
@@ -153,33 +174,67 @@ class ProxyLink:
     # -- serving --------------------------------------------------------------
 
     async def start(self) -> None:
-        self.server = await asyncio.start_server(self._accept, self.spec.listen_host,
-                                                 self.spec.listen_port)
+        """Listen. On ``self.port``: the port a listen port of 0 got the
+        first time, so a link enabled again comes back where it was (as
+        Toxiproxy's proxy does)."""
+        if self.server is not None:
+            return
+        self.server = await asyncio.start_server(self._accept, self.spec.listen_host, self.port)
         self.port = self.server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
+        """Stop listening and close every connection (FIN both ways)."""
+        self._generation += 1
+        server, self.server = self.server, None
+        if server is not None:
+            server.close()
         for conn in list(self._conns):
             conn.close("proxy stopping")
-        if self.server is not None:
+        if server is not None:
             try:
-                await asyncio.wait_for(self.server.wait_closed(), 5)
+                await asyncio.wait_for(server.wait_closed(), 5)
             except asyncio.TimeoutError:
                 pass
+
+    async def set_enabled(self, enabled: bool) -> None:
+        """Enable (listen) or disable (stop listening, drop the connections).
+        OSError when the listen address is taken meanwhile: left disabled."""
+        if enabled and not self.enabled:
+            await self.start()
+        elif not enabled and self.enabled:
+            await self.stop()
+        self.enabled = enabled
+
+    async def reconfigure(self, spec: LinkSpec) -> None:
+        """New listen and upstream addresses (Toxiproxy's proxy update):
+        the connections are dropped and, when enabled, the link listens again
+        at the new address. ``spec`` is checked by the caller. On OSError the
+        link keeps the new spec and is left disabled."""
+        was_enabled = self.enabled
+        await self.set_enabled(False)
+        self.spec = dataclasses.replace(spec, name=self.name)
+        self.port = spec.listen_port
+        if was_enabled:
+            await self.set_enabled(True)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         conn_id = self.connections
+        generation = self._generation
+        spec = self.spec
         try:
             upstream = await asyncio.wait_for(
-                asyncio.open_connection(self.spec.upstream_host, self.spec.upstream_port),
+                asyncio.open_connection(spec.upstream_host, spec.upstream_port),
                 CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError) as e:
             # Like a dead host behind the proxy: the client sees its connection closed.
             self.connect_errors += 1
             log.info("link %s conn %d: upstream %s:%d unreachable (%s)", self.name, conn_id,
-                     self.spec.upstream_host, self.spec.upstream_port, e)
+                     spec.upstream_host, spec.upstream_port, e)
+            writer.close()
+            return
+        if generation != self._generation:  # disabled or moved while connecting
+            upstream[1].close()
             writer.close()
             return
         conn = Connection(self, conn_id, self.seed, (reader, writer), upstream)

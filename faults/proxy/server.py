@@ -1,7 +1,12 @@
-"""FaultProxy: the links and the control API in one asyncio loop."""
+"""FaultProxy: the links and the control API in one asyncio loop.
+
+The links' lifecycle (create, enable/disable, move, delete, reset) lives
+here, once, for both faces of the control API (``control.py``: ours, and
+``toxiproxy_api.py``: Toxiproxy's)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from typing import Sequence
@@ -27,14 +32,20 @@ class FaultProxy:
         self.control_host = control_host
         self.control_port = control_port
         self.seed = seed
+        #: Networks besides loopback a link may listen on and forward to
+        #: (``--allow-upstream``): the same rule for links made over the API.
+        self.allowed = tuple(allowed)
         self.pid = os.getpid()
         self._runner: web.AppRunner | None = None
+        # Serialises changes to the set of links and their listeners: each
+        # change awaits (listen, close), and two at once could interleave.
+        self.lock = asyncio.Lock()
 
     async def start(self) -> None:
         started: list[ProxyLink] = []
         try:
             for link in self.links.values():
-                await link.start()
+                await link.set_enabled(True)
                 started.append(link)
             self._runner = web.AppRunner(make_app(self), access_log=None)
             await self._runner.setup()
@@ -54,6 +65,58 @@ class FaultProxy:
             await link.stop()
         if self._runner is not None:
             await self._runner.cleanup()
+
+    # -- the links' lifecycle (callers hold ``self.lock``) ----------------------
+
+    def check_spec(self, spec: LinkSpec) -> LinkSpec:
+        """``spec`` with this proxy's allowed networks, checked as a
+        ``--link`` is (loopback, or an ``--allow-upstream`` network): a link
+        made over the API gets no wider reach than one on the command line."""
+        spec = LinkSpec(spec.name, spec.listen_port, spec.upstream_host, spec.upstream_port,
+                        spec.listen_host, self.allowed)
+        spec.check()
+        return spec
+
+    async def create_link(self, spec: LinkSpec, enabled: bool = True) -> ProxyLink:
+        """A new link, listening when ``enabled``. KeyError: the name is
+        taken; LinkError: a bad spec; OSError: cannot listen there."""
+        spec = self.check_spec(spec)
+        if spec.name in self.links:
+            raise KeyError(spec.name)
+        link = ProxyLink(spec, self.seed)
+        await link.set_enabled(enabled)
+        self.links[spec.name] = link
+        log.info("link %s: created (%s:%d > %s:%d, enabled %s)", spec.name, spec.listen_host,
+                 link.port, spec.upstream_host, spec.upstream_port, enabled)
+        return link
+
+    async def delete_link(self, name: str) -> ProxyLink | None:
+        """Stop and forget a link (its toxics removed first); None if none."""
+        link = self.links.pop(name, None)
+        if link is not None:
+            link.reset()
+            await link.stop()
+            link.enabled = False
+            log.info("link %s: deleted", name)
+        return link
+
+    async def reset(self) -> tuple[int, list[str], list[str]]:
+        """Toxiproxy's reset: remove every toxic and enable every link.
+        Returns (toxics removed, links enabled again, errors: links that
+        could not listen again, each with why)."""
+        removed = sum(ln.reset() for ln in self.links.values())
+        enabled: list[str] = []
+        errors: list[str] = []
+        for link in self.links.values():
+            if link.enabled:
+                continue
+            try:
+                await link.set_enabled(True)
+                enabled.append(link.name)
+            except OSError as e:
+                errors.append(f"link {link.name!r} cannot listen on "
+                              f"{link.spec.listen_host}:{link.port} again ({e})")
+        return removed, enabled, errors
 
     def ready_line(self) -> str:
         links = ",".join(f"{ln.name}={ln.spec.listen_host}:{ln.port}>"
