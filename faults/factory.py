@@ -3,7 +3,9 @@ live cluster. Pure lookup plus target selection; the faults themselves act.
 
 Node kinds take a node (a replica, or the router when named); link kinds
 take a link of the fault proxy (``client-router``, ``router-replica-0``);
-a backend's own kinds take that backend's nodes (``ray-node-0``).
+a backend's own kinds take that backend's nodes (``ray-node-0``). On an
+external deployment (``--cluster external``) the node kinds are the target
+file's hooks (faults/hook.py), made by the cluster's ``hook_fault``.
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ def build_faults(kind: str, target: str, cluster: Cluster, run_id: str, ledger: 
     may also name the router."""
     cls = fault_class(kind)
     params = dict(params or {})
+    why = getattr(cluster, "unsupported", lambda _kind: None)(kind)
+    if why:  # an external deployment: neither a hook nor the proxy acts for this kind
+        raise FaultError(f"{kind} cannot act on this cluster: {why}")
     jump_file = getattr(cluster, "sequence_jump_file", None)
     if kind == "lsn_jump" and jump_file is not None:
         # An engine whose sequences are request chains (Triton): the jump
@@ -74,6 +79,10 @@ def build_faults(kind: str, target: str, cluster: Cluster, run_id: str, ledger: 
         pool = [n.name for n in (cluster.replicas() if target in ("one", "minority", "majority",
                                                                   "all") else cluster.nodes)]
         objs = [cluster.node(n) for n in select(target, pool, rng)]
+    hook_fault = getattr(cluster, "hook_fault", None)
+    if hook_fault is not None and kind not in LINK_KINDS:
+        # An external deployment's node: the target file's hooks act on it.
+        return [hook_fault(kind, obj, run_id, ledger, params) for obj in objs]
     out = []
     for obj in objs:
         try:

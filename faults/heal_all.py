@@ -12,12 +12,15 @@ from __future__ import annotations
 from ordeal.ownership import Busy, Claimer
 
 from .catalogue import REGISTRY
+from .hook import HookFault
 from .ledger import Ledger, LedgerEntry
 
 
 def heal_entry(entry: LedgerEntry) -> str:
-    """Undo one entry; what was done, in one line."""
-    cls = REGISTRY.get(entry.kind)
+    """Undo one entry; what was done, in one line. A hook's entry (an
+    external deployment's fault) is undone by its heal hook, whatever its
+    kind."""
+    cls = HookFault if entry.inverse.get("via") == "hook" else REGISTRY.get(entry.kind)
     if cls is None:
         return f"closed unknown fault kind {entry.kind!r} on {entry.target}: no healer known"
     return cls.heal_line(entry, cls.undo(entry))

@@ -27,6 +27,10 @@ class RunContext:
 
     run_id: str = ""
     settings: CheckerSettings = field(default_factory=CheckerSettings)
+    #: Data this run's cluster cannot give, and why (an external deployment:
+    #: no served journals, no process trees); a checker that ``needs`` one
+    #: reports "unknown" with the reason (``not_judgeable``).
+    unavailable: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -58,6 +62,11 @@ class StreamingChecker:
     form for a whole history."""
 
     name = "checker"
+    #: What the checker's judgement rests on besides the client's ops:
+    #: ``served_journal`` (the replicas' record of request ids they ran),
+    #: ``process_tree`` (the nodes' processes on this machine),
+    #: ``node_attribution`` (which replica answered each request).
+    needs: tuple[str, ...] = ()
     #: ``result()`` only reads the state: a running judge (runs.endurance)
     #: may call it mid-run without copying the checker first. False (the
     #: default) for checkers whose result closes what is still open.
@@ -129,10 +138,24 @@ def check_all(checkers: Sequence[StreamingChecker], history: Iterable[Op],
             results.append(failed[i])
             continue
         try:
-            results.append(c.result())
+            results.append(not_judgeable(c, c.result(), ctx))
         except Exception as e:  # noqa: BLE001
             results.append(_crashed(c, e))
     return results
+
+
+def not_judgeable(checker: object, result: Result, ctx: RunContext) -> Result:
+    """``result``, made "unknown" with the reasons when the checker needs
+    data the cluster cannot give: without it a True would be a false pass.
+    A False stands: what it found is in the data it had."""
+    missing = {n: ctx.unavailable[n] for n in getattr(checker, "needs", ())
+               if n in ctx.unavailable}
+    if not missing:
+        return result
+    result.details["not_judgeable"] = missing
+    if result.valid is not False:
+        result.valid = "unknown"
+    return result
 
 
 def run_checker(checker: Checker, history: Iterable[Op], ctx: RunContext) -> Result:

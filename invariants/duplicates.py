@@ -27,6 +27,7 @@ from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_
 
 class NoDuplicateExecution(StreamingChecker):
     name = "no_duplicate_execution"
+    needs = ("served_journal",)
     pure_result = True  # its state (15 minutes of ids) is the largest: never copied
 
     def start(self, ctx: RunContext) -> None:

@@ -90,6 +90,7 @@ class _Row:
 
 class Failover(StreamingChecker):
     name = "failover"
+    needs = ("node_attribution",)
     pure_result = True
 
     def start(self, ctx: RunContext) -> None:

@@ -36,6 +36,7 @@ MAX_WINDOW_ROWS = 64  # windows itemised in violations_by_window; all are counte
 
 class NoOrphans(StreamingChecker):
     name = "no_orphans"
+    needs = ("process_tree",)
     pure_result = True
 
     def start(self, ctx: RunContext) -> None:

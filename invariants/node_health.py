@@ -28,6 +28,7 @@ def _samples(op: Op) -> dict[str, Any] | None:
 
 class HealthTruthful(StreamingChecker):
     name = "health_truthful"
+    needs = ("served_journal",)
 
     def start(self, ctx: RunContext) -> None:
         super().start(ctx)
@@ -131,6 +132,7 @@ class CountersMonotonic(StreamingChecker):
 
 class LeakBound(StreamingChecker):
     name = "leak_bound"
+    needs = ("process_tree",)
 
     def start(self, ctx: RunContext) -> None:
         super().start(ctx)

@@ -54,7 +54,9 @@ import asyncio
 import hashlib
 import json
 import math
+import os
 import random
+import ssl
 import time
 import urllib.parse
 import uuid
@@ -676,7 +678,8 @@ def answer_shape(payload: dict[str, Any]) -> tuple[dict[str, Any], str, dict[str
 
 async def send_request(session: aiohttp.ClientSession, base_url: str, req: PlannedRequest,
                        model: str, timeout_s: float, return_token_ids: bool = False,
-                       request_id: str | None = None) -> Outcome:
+                       request_id: str | None = None,
+                       post_kwargs: dict[str, Any] | None = None) -> Outcome:
     """Send one request and classify what happened. Never raises for anything
     the server or the network does; only cancellation propagates.
 
@@ -692,7 +695,8 @@ async def send_request(session: aiohttp.ClientSession, base_url: str, req: Plann
     try:
         headers = {"x-request-id": request_id} if request_id else None
         async with session.post(url, json=req.body(model, return_token_ids),
-                                timeout=timeout, headers=headers) as resp:
+                                timeout=timeout, headers=headers,
+                                **(post_kwargs or {})) as resp:
             status = resp.status
             node = resp.headers.get("x-ordeal-node")
             if status != 200:
@@ -825,20 +829,62 @@ class EngineClient(Protocol):
     async def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class ClientOptions:
+    """How to reach a deployment Ordeal did not start (ordeal/target.py):
+    extra headers, the API key's environment variable (read when the
+    client is made, held only in its session's headers, never written),
+    TLS verification or a CA file, and the TLS server name when the
+    connection goes through the fault proxy on loopback."""
+
+    headers: tuple[tuple[str, str], ...] = ()
+    api_key_env: str | None = None
+    verify: bool = True
+    ca_file: str | None = None
+    server_hostname: str | None = None
+
+    def session_headers(self) -> dict[str, str]:
+        out = dict(self.headers)
+        if self.api_key_env:
+            key = os.environ.get(self.api_key_env)
+            if not key:
+                raise ConfigError(f"the target file's api_key_env names {self.api_key_env}, "
+                                  "which is not set (or empty) in the environment; export it "
+                                  "before the run")
+            out["Authorization"] = f"Bearer {key}"
+        return out
+
+    def ssl(self) -> Any:
+        """What aiohttp's ``ssl=`` takes: False (no verification), a context
+        with the CA file, or True (the system's CAs)."""
+        if not self.verify:
+            return False
+        if self.ca_file:
+            return ssl.create_default_context(cafile=self.ca_file)
+        return True
+
+
 class OpenAIClient:
     """The OpenAI API (vLLM, or any engine that speaks it) over one pooled
     aiohttp session: the default EngineClient."""
 
-    def __init__(self, spec: WorkloadSpec, base_url: str):
+    def __init__(self, spec: WorkloadSpec, base_url: str, options: ClientOptions | None = None):
         self.spec = spec
         self.base_url = base_url.rstrip("/")
+        options = options or ClientOptions()
+        self.post_kwargs: dict[str, Any] = {}
+        if self.base_url.startswith("https:"):
+            self.post_kwargs["ssl"] = options.ssl()
+            if options.server_hostname:
+                self.post_kwargs["server_hostname"] = options.server_hostname
         self.session = aiohttp.ClientSession(
+            headers=options.session_headers(),
             connector=aiohttp.TCPConnector(limit=spec.max_in_flight, force_close=False))
 
     def prepare(self, req: PlannedRequest, request_id: str) -> Prepared:
         return Prepared(req.endpoint, {}, lambda: send_request(
             self.session, self.base_url, req, self.spec.model, self.spec.timeout_s,
-            self.spec.return_token_ids, request_id))
+            self.spec.return_token_ids, request_id, self.post_kwargs))
 
     async def close(self) -> None:
         await self.session.close()

@@ -42,7 +42,7 @@ def parse_duration(text: str | float | int, setting: str = "duration") -> float:
     return seconds
 
 
-BACKENDS = ("local", "docker", "ray")
+BACKENDS = ("local", "docker", "ray", "external")
 #: How a --cluster docker replica gets its engine (see ClusterSpec.docker_engine).
 DOCKER_ENGINES = ("mounted", "image")
 #: The router's settings Ordeal may add (engines/vllm/nodes.py ROUTER_PROFILES):

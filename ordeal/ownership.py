@@ -460,8 +460,8 @@ class NotOurs(ValueError):
 class Allowance:
     """One network allowed until ``undo()`` (or the end of a ``with``)."""
 
-    def __init__(self, networks: AllowedNetworks, net: Network):
-        self.net = net
+    def __init__(self, networks: AllowedNetworks, net: Network | str):
+        self.net = net  # a network, or a host name (str) of a target file
         self._networks = networks
         self._done = False
 
@@ -470,7 +470,10 @@ class Allowance:
         keeps it allowed)."""
         if not self._done:
             self._done = True
-            self._networks._extra.remove(self.net)
+            if isinstance(self.net, str):
+                self._networks._hosts.remove(self.net)
+            else:
+                self._networks._extra.remove(self.net)
 
     def __enter__(self) -> Allowance:
         return self
@@ -485,6 +488,7 @@ class AllowedNetworks:
 
     def __init__(self) -> None:
         self._extra: list[Network] = []
+        self._hosts: list[str] = []  # host names a target file names, allowed by the user
 
     @property
     def networks(self) -> list[Network]:
@@ -501,16 +505,31 @@ class AllowedNetworks:
         self._extra.append(net)
         return Allowance(self, net)
 
+    def allow_host(self, name: str) -> Allowance:
+        """Allow the host name ``name`` itself (never what else resolves to
+        its addresses): ``--allow-target NAME`` for a name a target file
+        (``--cluster external``) gives. The caller checks the file names it."""
+        name = name.strip().lower().rstrip(".")
+        if not name or not all(part and len(part) < 64 and part.replace("-", "").isalnum()
+                               for part in name.split(".")):
+            raise NotOurs(f"{name!r}: not a host name; give an address, a CIDR such as "
+                          "10.0.0.0/24, or a host name the target file names")
+        self._hosts.append(name)
+        return Allowance(self, name)
+
     def require_ours(self, endpoint: Endpoint, what: str) -> None:
         """``NotOurs`` unless ``endpoint`` is in an allowed network. Host
         names other than ``localhost`` are refused: a name can resolve
         anywhere."""
         host = "127.0.0.1" if endpoint.host == "localhost" else endpoint.host
+        if host.lower().rstrip(".") in self._hosts:
+            return
         try:
             addr = ipaddress.ip_address(host)
         except ValueError:
             raise NotOurs(f"{what}: {endpoint.host!r} is not an IP address; the suite acts only "
-                          "on loopback and on networks it created") from None
+                          "on loopback and on networks it created (a host name of a --target "
+                          "file is allowed with --allow-target NAME)") from None
         if not any(addr in net for net in self.networks):
             raise NotOurs(
                 f"{what}: refusing to touch {endpoint.host}:{endpoint.port}: it is outside "

@@ -22,10 +22,12 @@ Role = Literal["router", "replica"]
 class Endpoint:
     host: str
     port: int
+    scheme: str = "http"  # https: an external deployment's TLS entrypoint
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
 
 
 @runtime_checkable

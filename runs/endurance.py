@@ -36,7 +36,7 @@ from faults.nemesis import FaultWindow
 from faults.schedule import FaultChoice, Step, plan_schedule
 from faults.targets import select
 from invariants import DEFAULT_CHECKERS, RunContext, with_planted
-from invariants.base import Result
+from invariants.base import Result, not_judgeable
 from load import heap
 from load.router_watch import RouterGone
 from load.workload import WorkloadSpec
@@ -46,6 +46,7 @@ from ordeal.history.reader import HistoryTail
 from ordeal.history.windows import INJECTED, FaultWindows, Window
 from ordeal.history.writer import History
 from reports.run_dir import write_json_atomic
+from runs.run import unavailable_data
 
 STATE_NAME = "endurance.json"
 INTERIM_NAME = "interim.json"
@@ -433,7 +434,7 @@ class Judge:
                 # A copy costs as much as the checker's state, every progress
                 # line; a checker whose result only reads is asked directly.
                 live = c if c.pure_result else copy.deepcopy(c)
-                out.append(settled_so_far(live.result()))
+                out.append(not_judgeable(c, settled_so_far(live.result()), self.ctx))
             except Exception as e:  # noqa: BLE001
                 out.append(Result(c.name, "unknown", {"error": f"{type(e).__name__}: {e}"}))
         return out
@@ -618,7 +619,8 @@ def run_endurance(run: Any, state: EnduranceState, say: Callable[[str], None],
         say(f"  {fmt_s(s.at_s + position_s)}  {s.kind} on {s.target} {s.params or ''}")
     if len(injects) > 40:
         say(f"  ... and {len(injects) - 40} more (endurance.json has them all)")
-    ctx = RunContext(run_id=run.run_id, settings=run.checker_settings)
+    ctx = RunContext(run_id=run.run_id, settings=run.checker_settings,
+                     unavailable=unavailable_data(run.cluster))
     judge = Judge(run.run_dir.history_path, run.run_dir.path, plan, ctx, say,
                   live_from_index=first_index, position_s=position_s, checkers=make())
     judge.start()

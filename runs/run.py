@@ -47,6 +47,29 @@ class PlannedFault:
     hold_s: float = 0.0  # how long it stays injected before the heal begins
 
 
+def unavailable_data(cluster: Any) -> dict[str, str]:
+    """What the cluster cannot give the checkers, and why (an external
+    deployment's ``unavailable``; nothing for Ordeal's own clusters)."""
+    ask = getattr(cluster, "unavailable", None)
+    return dict(ask()) if callable(ask) else {}
+
+
+def not_judged(invariant: dict[str, Any]) -> bool:
+    """An invariant of summary.json that could not be judged on this
+    cluster (``not_judgeable``: an external deployment lacks its data):
+    "unknown", with the reason, neither a pass nor a failure."""
+    return invariant.get("valid") == "unknown" and bool(
+        (invariant.get("details") or {}).get("not_judgeable"))
+
+
+def verdicts_allowed(summary: dict[str, Any]) -> tuple[str, ...]:
+    """The verdicts a smoke accepts: "pass", and "unknown" only when some
+    invariant could not be judged on this cluster."""
+    if any(not_judged(i) for i in summary.get("invariants", [])):
+        return ("pass", "unknown")
+    return ("pass",)
+
+
 class OrdealRun:
     def __init__(self, run_dir: RunDir, suite: str, cluster: Any,
                  progress: Callable[[str], None] = print, history: History | None = None):
@@ -264,7 +287,8 @@ class OrdealRun:
         if settings is not None:
             self.judged_settings = settings
         ctx = RunContext(run_id=self.run_id,
-                         settings=self.checker_settings if settings is None else settings)
+                         settings=self.checker_settings if settings is None else settings,
+                         unavailable=unavailable_data(self.cluster))
         chosen = checkers if checkers is not None else self.engine.checkers()
         damaged: list[str] = []
         counts = ClientCounts()

@@ -160,6 +160,9 @@ def run_single_fault(run: OrdealRun, kind: str, target: str, params: dict[str, A
     why = run.engine.unsupported(kind)
     if why:
         pytest.skip(f"{kind} on --engine {run.engine.name}: {why}")
+    why = getattr(run.cluster, "unsupported", lambda _kind: None)(kind)
+    if why:  # an external deployment without a hook (or the proxy) for it
+        pytest.skip(f"{kind} on --cluster external: {why}")
     if kind in BACKEND_KINDS and not getattr(run.cluster, "ray_nodes", None):
         pytest.skip(f"{kind} acts on the simulated nodes of --cluster ray; this run's cluster "
                     f"is --cluster {getattr(run.cluster, 'backend', '?')}")

@@ -16,6 +16,7 @@ import pytest
 from faults import Ledger
 from faults.schedule import FaultChoice, Step, is_healed_at_end, leave_out, plan_schedule
 from load.workload import WorkloadSpec
+from runs.run import not_judged, verdicts_allowed
 
 pytestmark = [pytest.mark.smoke, pytest.mark.cluster]
 
@@ -26,12 +27,18 @@ TOLERABLE = [
 ]
 
 
-def smoke_schedule(duration_s: float, seed: int,
-                   cannot: dict[str, str]) -> tuple[list[Step], list[FaultChoice], dict[str, str]]:
+def smoke_schedule(duration_s: float, seed: int, cannot: dict[str, str],
+                   links: tuple[str, ...] = ("router-replica-0",)
+                   ) -> tuple[list[Step], list[FaultChoice], dict[str, str]]:
     """Pure: the schedule of the kinds of TOLERABLE this harness can run
     (``cannot``: faults.catalogue.unrunnable_kinds), the kinds kept, and
-    ``{kind: why}`` of those left out."""
-    kept, left = leave_out(TOLERABLE, cannot)
+    ``{kind: why}`` of those left out. The latency goes on the first
+    router-replica link, or on the client-router link of a cluster that
+    has only that one (an external deployment)."""
+    link = "router-replica-0" if "router-replica-0" in links or not links else links[0]
+    choices = [FaultChoice(c.kind, link, c.params) if c.kind == "network_latency" else c
+               for c in TOLERABLE]
+    kept, left = leave_out(choices, cannot)
     if not kept:
         return [], kept, left
     steps = plan_schedule(kept, duration_s, seed, quiet_s=(4, 8), hold_s=(5, 10), tail_s=12,
@@ -41,7 +48,9 @@ def smoke_schedule(duration_s: float, seed: int,
 
 def test_seeded_schedule_of_tolerable_faults(ordeal_config, ordeal_unrunnable_kinds, ordeal_run):
     duration = max(60.0, ordeal_config.load_duration_s)
-    steps, kept, left = smoke_schedule(duration, ordeal_config.seed, ordeal_unrunnable_kinds)
+    links = tuple(x.name for x in ordeal_run.cluster.links)
+    steps, kept, left = smoke_schedule(duration, ordeal_config.seed, ordeal_unrunnable_kinds,
+                                       links)
     if not kept:
         pytest.skip("no kind of the nemesis smoke can run here: " +
                     "; ".join(f"{k}: {why}" for k, why in left.items()))
@@ -70,6 +79,7 @@ def test_seeded_schedule_of_tolerable_faults(ordeal_config, ordeal_unrunnable_ki
     for i in summary["invariants"]:
         # Valid, or a failure the known-findings file lists (--known-findings;
         # by default the file shipped for the embedded stack): reported, and
-        # out of the verdict.
-        assert i["valid"] is True or i.get("known"), i
-    assert summary["verdict"] == "pass"
+        # out of the verdict. On an external deployment, an invariant whose
+        # data only Ordeal's own nodes give is "unknown" with the reason.
+        assert i["valid"] is True or i.get("known") or not_judged(i), i
+    assert summary["verdict"] in verdicts_allowed(summary), summary["verdict"]

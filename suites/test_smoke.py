@@ -16,7 +16,7 @@ import pytest
 
 from faults import Ledger, ProcessKill
 from load.workload import WorkloadSpec
-from runs.run import PlannedFault
+from runs.run import PlannedFault, not_judged, verdicts_allowed
 
 pytestmark = [pytest.mark.smoke, pytest.mark.cluster]
 
@@ -25,8 +25,13 @@ def test_kill_and_restart_one_replica_under_load(ordeal_run, ordeal_config, orde
     victim = ordeal_cluster.replicas()[-1]
     spec = WorkloadSpec(duration_s=ordeal_config.load_duration_s, rate=ordeal_config.load_rate,
                         seed=ordeal_config.seed)
-    kill = ProcessKill(victim, ordeal_run.run_id, Ledger(), restart=True,
-                       ready_timeout_s=ordeal_config.cluster.ready_timeout_s)
+    # An external deployment's replica is killed and restarted by the target
+    # file's hooks (faults/hook.py); Ordeal's own, by signal and restart.
+    hook_fault = getattr(ordeal_cluster, "hook_fault", None)
+    external = hook_fault is not None
+    kill = (hook_fault("process_kill", victim, ordeal_run.run_id, Ledger(), {}) if external
+            else ProcessKill(victim, ordeal_run.run_id, Ledger(), restart=True,
+                             ready_timeout_s=ordeal_config.cluster.ready_timeout_s))
 
     ordeal_run.load(spec, [PlannedFault(kill, after_s=min(8.0, spec.duration_s / 4), hold_s=2.0)])
     results = ordeal_run.check()
@@ -36,9 +41,14 @@ def test_kill_and_restart_one_replica_under_load(ordeal_run, ordeal_config, orde
     assert not summary["errors"], summary["errors"]
     [window] = summary["faults"]
     assert window["injected"] and window["healed"], window
-    assert window["inject_result"]["signal"] == "SIGKILL"
     assert window["heal_result"]["restarted"] is True
-    assert window["heal_result"]["pid"] != window["inject_result"]["pid"]
+    if external:  # the hooks ran, and the kill was seen from the node's URL
+        assert window["inject_result"]["inject_hook"]["exit_code"] == 0, window
+        assert window["heal_result"]["heal_hook"]["exit_code"] == 0, window
+    else:
+        assert window["inject_result"]["signal"] == "SIGKILL"
+        assert window["heal_result"]["pid"] != window["inject_result"]["pid"]
+    assert window["heal_result"]["effect"]["effective"] is True, window
     nemesis_ops = [json.loads(line) for line in ordeal_run.run_dir.history_path.open()
                    if '"process":"nemesis"' in line]
     assert [(o["f"], o["value"]["phase"]) for o in nemesis_ops] == [
@@ -47,13 +57,17 @@ def test_kill_and_restart_one_replica_under_load(ordeal_run, ordeal_config, orde
     # The restarted replica serves again, directly (not through the router).
     engine = ordeal_run.engine
     answer = engine.answer_directly(victim)
-    assert answer["status"] == 200 and answer["node"] == victim.name and answer["tokens"], answer
+    assert answer["status"] == 200 and answer["tokens"], answer
+    if not external:  # Ordeal's replicas name themselves (x-ordeal-node)
+        assert answer["node"] == victim.name, answer
 
     # Enough real traffic, served by the real engine, judged valid.
     assert summary["ops"]["invoked"] >= ordeal_run.expected_requests(0.6), summary["ops"]
     assert summary["ops"]["ok"] >= summary["ops"]["invoked"] // 2, summary["ops"]
     assert summary["cluster"]["engine"] == ordeal_config.cluster.engine == engine.name
     for node in summary["cluster"]["nodes"]:
+        if external and node["role"] == "router":
+            continue  # a user's router or gateway need not say what it is
         assert node["fingerprint"].startswith(engine.fingerprint_prefixes), node
     served = {r.name for r in results}
     assert {c.name for c in engine.checkers()} <= served
@@ -64,6 +78,7 @@ def test_kill_and_restart_one_replica_under_load(ordeal_run, ordeal_config, orde
     for i in summary["invariants"]:
         # Valid, or a failure the known-findings file lists (--known-findings;
         # by default the file shipped for the embedded stack): reported, and
-        # out of the verdict.
-        assert i["valid"] is True or i.get("known"), i
-    assert summary["verdict"] == "pass"
+        # out of the verdict. On an external deployment, an invariant whose
+        # data only Ordeal's own nodes give is "unknown" with the reason.
+        assert i["valid"] is True or i.get("known") or not_judged(i), i
+    assert summary["verdict"] in verdicts_allowed(summary), summary["verdict"]

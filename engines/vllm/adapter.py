@@ -140,7 +140,8 @@ class VllmEngine:
                           extra_args=cluster.spec.router_args)
 
     def client(self, spec: WorkloadSpec, entrypoint: str, cluster: Any) -> OpenAIClient:
-        return OpenAIClient(spec, entrypoint)
+        # An external deployment's headers, API key variable and TLS.
+        return OpenAIClient(spec, entrypoint, getattr(cluster, "client_options", None))
 
     def checkers(self) -> list[Any]:
         return [c() for c in DEFAULT_CHECKERS]

@@ -1,0 +1,185 @@
+"""A deployment Ordeal did not start (``--cluster external --target FILE``):
+a Kubernetes service, a docker-compose file, a fleet of hosts.
+
+Nothing is started or stopped but Ordeal's own fault proxy, which (with
+``fault_proxy = true``, the default) listens on loopback in front of the
+entrypoint as the ``client-router`` link, so the link kinds (latency,
+bandwidth, resets, HTTP faults, lsn_jump) act on the user's traffic as on
+an embedded cluster. The node kinds act through the target file's hooks
+(faults/hook.py); a kind with neither is refused with the reason
+(``unsupported``), at start and in the catalogue.
+
+Every address the file names must be allowed before anything is sent:
+loopback, or a network or host name given with ``--allow-target`` (a host
+name only when the file names it). Checkers that need what only Ordeal's
+own nodes give (served journals, process trees, the replica header) are
+told so (``unavailable``) and report "unknown" with the reason.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from clusters.base import ClusterBase
+from engines.registry import engine_for
+from faults.base import FaultError
+from faults.hook import HookFault
+from faults.safety import require_ours
+from load.workload import ClientOptions
+from nodes.external import ExternalNode
+from nodes.ports import free_ports
+from nodes.process import ManagedProcess
+from ordeal.config import ClusterSpec, ConfigError
+from ordeal.target import HOOK_KINDS, TargetSpec, TargetURL
+from ordeal.topology import Endpoint, Link
+
+#: The link kinds: they act through the fault proxy in front of the entrypoint.
+LINK_KINDS = ("network_latency", "bandwidth_limit", "connection_reset", "http_fault",
+              "lsn_jump")
+
+#: What an external cluster cannot give the checkers, and why
+#: (invariants.base.RunContext.unavailable).
+UNAVAILABLE = {
+    "served_journal": "the replicas are not Ordeal's: no served journal records the request "
+                      "ids each one ran (Ordeal's own replicas write one)",
+    "process_tree": "the nodes' processes are not on this machine: no process tree to measure "
+                    "(RSS) or to find orphans in",
+    "node_attribution": "the deployment's replicas do not name themselves in an answer "
+                        "(Ordeal's own add x-ordeal-node), so no request is placed on a replica",
+}
+
+
+def unsupported_kind(target: TargetSpec, kind: str) -> str | None:
+    """Why ``kind`` cannot act on the deployment ``target`` names, or None:
+    a link kind needs the fault proxy, a node kind a hook. Pure: the
+    plugin says it at start, before anything is reached."""
+    if kind in LINK_KINDS:
+        return None if target.fault_proxy else (
+            "acts through Ordeal's fault proxy in front of the entrypoint, and the target "
+            "file sets fault_proxy = false")
+    if kind not in HOOK_KINDS:
+        return f"has no way to act on an external deployment ({kind})"
+    if not any(h.kind == kind for h in target.hooks):
+        return (f"acts on the deployment's own processes or machines, which Ordeal does "
+                f"not own: give a [[hook]] with kind = \"{kind}\" in {target.path}")
+    return None
+
+
+def upstream_address(host: str) -> str:
+    """The address the fault proxy forwards to: the entrypoint's own, or
+    the first its (allowed) host name resolves to now, which the proxy
+    then forwards to alone."""
+    if host == "localhost":
+        return "127.0.0.1"
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError as e:
+        raise ConfigError(f"--target entrypoint host {host!r} does not resolve here ({e})") \
+            from None
+    return str(infos[0][4][0])
+
+
+def _endpoint(url: TargetURL) -> Endpoint:
+    return Endpoint(url.host, url.port, url.scheme)
+
+
+class ExternalCluster(ClusterBase):
+    backend = "external"
+
+    def __init__(self, spec: ClusterSpec, target: TargetSpec, cluster_id: str, log_dir: Path,
+                 progress: Callable[[str], None] = print):
+        super().__init__(spec, cluster_id, log_dir, progress)
+        self.target = target
+        self.engine = target.engine
+        self.engine_adapter = engine_for(target.engine, spec)
+        self.sequence_jump_file = None
+        self.proxy: ManagedProcess | None = None
+        self.client_options = ClientOptions(
+            headers=target.headers, api_key_env=target.api_key_env,
+            verify=target.tls.verify, ca_file=target.tls.ca_file,
+            server_hostname=target.entrypoint.host if target.fault_proxy else None)
+
+    # -- what can run -----------------------------------------------------
+    def unsupported(self, kind: str) -> str | None:
+        """Why ``kind`` cannot act on this deployment, or None."""
+        return unsupported_kind(self.target, kind)
+
+    def unavailable(self) -> dict[str, str]:
+        return dict(UNAVAILABLE)
+
+    def hook_fault(self, kind: str, node: Any, run_id: str, ledger: Any,
+                   params: dict[str, Any]) -> Any:
+        """The HookFault for ``kind`` on ``node``; FaultError naming the
+        missing hook otherwise."""
+        hook = self.target.hook(kind, node.name)
+        if hook is None:
+            raise FaultError(f"{kind} on {node.name}: the target file {self.target.path} has no "
+                             f"[[hook]] for it (kind = \"{kind}\", node = \"{node.name}\" or "
+                             "\"*\"); add one, or leave the kind out")
+        secrets = (self.target.api_key_env,) if self.target.api_key_env else ()
+        return HookFault(node, run_id, ledger, hook, self.target.ready_timeout_s, secrets,
+                         **params)
+
+    # -- lifecycle --------------------------------------------------------
+    def start(self) -> "ExternalCluster":
+        t = self.target
+        urls = [("entrypoint", t.entrypoint)] + [(r.name, r.url) for r in t.replicas]
+        for what, url in urls:
+            try:
+                require_ours(Endpoint(url.host, url.port), f"--target {what} {url.url}")
+            except FaultError as e:
+                raise ConfigError(str(e)) from None
+        self.client_options.session_headers()  # the API key's variable is set, or say so now
+        self.router = ExternalNode("router", "router", _endpoint(t.entrypoint))
+        self.nodes = [self.router] + [
+            ExternalNode(r.name, "replica", _endpoint(r.url), r.health_path, r.metrics_path)
+            for r in t.replicas]
+        if t.fault_proxy:
+            ports = free_ports(2, self.spec.host)
+            control = Endpoint(self.spec.host, ports[1])
+            address = upstream_address(t.entrypoint.host)
+            self.links = [Link("client-router", "client", "router",
+                               Endpoint(self.spec.host, ports[0], t.entrypoint.scheme),
+                               Endpoint(address, t.entrypoint.port), control)]
+            loopback = ipaddress.ip_address(address).is_loopback
+            self._start_fault_proxy(control, () if loopback else (
+                "--allow-upstream", str(ipaddress.ip_network(address))))
+        t0 = time.monotonic()
+        for node in self.nodes:
+            node.wait_ready(t.ready_timeout_s)
+            self.progress(f"{node.name} serves at {node.endpoint.url} ({node.fingerprint()})")
+        hooks = sorted({h.kind for h in t.hooks})
+        self.progress(f"external target {t.name}: entrypoint {t.entrypoint.url}, "
+                      f"{len(t.replicas)} replica(s) named, hooks for {hooks or 'no kind'}"
+                      f"{', fault proxy in front' if t.fault_proxy else ''}; ready in "
+                      f"{time.monotonic() - t0:.0f}s")
+        return self
+
+    def stop(self) -> None:
+        """Only the fault proxy: the deployment stays as it was found."""
+        if self.proxy is not None:
+            self.proxy.stop()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend, "engine": self.engine,
+            "target": self.target.describe(),
+            "model": {"name": self.target.model},
+            "stack": {"external": True, "chosen_by_ordeal": {
+                "fault_proxy": self.target.fault_proxy}},
+            "entrypoint": self.entrypoint.url if self.router else None,
+            "links": [{"name": x.name, "listen": x.listen.url, "upstream": x.upstream.url}
+                      for x in self.links],
+            "nodes": [{"name": n.name, "role": n.role, "url": n.endpoint.url,
+                       "fingerprint": n.fingerprint(), "command": None}
+                      for n in self.nodes],
+            "unavailable": self.unavailable(),
+        }

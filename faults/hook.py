@@ -1,0 +1,237 @@
+"""A fault that acts through the user's own commands: the hooks of a target
+file (``--cluster external``, ordeal/target.py), for nodes Ordeal did not
+start and cannot signal (a Kubernetes pod, a host of a fleet).
+
+The inject hook breaks the node (``kubectl delete pod``, ``kill -STOP``, a
+NetworkPolicy), the heal hook repairs it. As with every kind, the ledger
+entry is written before the inject hook runs and carries the heal hook
+whole (command, timeout, environment), so ``python -m faults heal-all``
+runs the same heal after a SIGKILLed harness (``HookFault.undo``, the one
+inverse). A heal hook must therefore be safe to run twice, and when the
+inject hook did nothing.
+
+A hook runs with ``bash -c`` in a session of its own, so its whole tree is
+ended by its group id when it outlives ``timeout_s``. Its environment is the
+harness's plus ``ORDEAL_NODE``, ``ORDEAL_NODE_URL``, ``ORDEAL_KIND``,
+``ORDEAL_RUN_ID``, ``ORDEAL_FAULT_ID`` and ``ORDEAL_PARAM_<NAME>`` for each
+parameter of the fault; ``{node}`` in the command is replaced by the node's
+name. Its output (stdout and stderr, the last 4000 characters, undecodable
+bytes replaced) is recorded in the entry and the history, with the API
+key's value scrubbed should a hook print it. A hook that exits non-zero,
+hangs past its timeout or cannot start is a ``FaultError`` that says which
+hook, its exit and its output; an inject that fails is healed at once, as
+every half-done inject is.
+
+The effect is seen from the node's own URL, never from the hook's exit:
+process_kill and network_partition make the health URL stop answering 200
+(or, for a kill that a supervisor undid at once, the process's
+``process_start_time_seconds`` change); process_pause makes it stop
+answering at all. Other kinds are not observable from here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from ordeal.target import Hook
+from ordeal.topology import Node
+
+from .base import Effect, Fault, FaultError, healed
+from .ledger import Ledger, LedgerEntry
+
+OUTPUT_CHARS = 4000
+#: Kinds whose effect the node's health URL shows (see the module docstring).
+OBSERVED = ("process_kill", "process_pause", "network_partition")
+
+
+def health(url: str, timeout: float = 2.0) -> int | str:
+    """The status a health URL answers now, or why it did not."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except TimeoutError:
+        return "timeout"
+    except OSError as e:
+        reason = getattr(e, "reason", e)
+        return "timeout" if isinstance(reason, TimeoutError) else f"{type(reason).__name__}"
+
+
+def process_start(metrics_url: str, timeout: float = 2.0) -> float | None:
+    """``process_start_time_seconds`` from a node's /metrics (vLLM exports
+    it): a new value means a new process. None when not given."""
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=timeout) as resp:
+            for line in resp.read(4 << 20).decode("utf-8", "replace").splitlines():
+                if line.startswith("process_start_time_seconds "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def scrub(text: str, secret_envs: list[str]) -> str:
+    for name in secret_envs:
+        value = os.environ.get(name)
+        if value and len(value) >= 4:
+            text = text.replace(value, "<redacted>")
+    return text
+
+
+def run_hook(what: str, command: str, env: dict[str, str], timeout_s: float,
+             secret_envs: list[str]) -> dict[str, Any]:
+    """Run one hook; what it did, for the history. ``FaultError`` when it
+    cannot start, exits non-zero or outlives ``timeout_s`` (its whole
+    session is then ended by group id)."""
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(["bash", "-c", command], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **env}, start_new_session=True)
+    except OSError as e:
+        raise FaultError(f"{what}: cannot start bash for the hook ({e})") from None
+    timed_out = False
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the session we started, by its id
+        except ProcessLookupError:
+            pass
+        out, _ = proc.communicate()
+    text = scrub(out.decode("utf-8", "replace")[-OUTPUT_CHARS:], secret_envs)
+    done = {"command": command, "exit_code": proc.returncode,
+            "seconds": round(time.monotonic() - t0, 2), "output": text}
+    if timed_out:
+        raise FaultError(f"{what}: the hook did not finish within its timeout_s "
+                         f"{timeout_s:g} (ended); command {command!r}; output: "
+                         f"{text[-500:]!r}. Make it return sooner or raise timeout_s")
+    if proc.returncode != 0:
+        raise FaultError(f"{what}: the hook exited {proc.returncode}; command {command!r}; "
+                         f"output: {text[-500:]!r}")
+    return done
+
+
+class HookFault(Fault):
+    """One fault kind on one node of an external deployment, by its hooks."""
+
+    kind = "hook"  # each instance carries its own kind (the hook's)
+
+    def __init__(self, node: Node, run_id: str, ledger: Ledger, hook: Hook,
+                 ready_timeout_s: float = 300.0, secret_envs: tuple[str, ...] = (),
+                 **params: Any):
+        super().__init__(node.name, run_id, ledger)
+        self.kind = hook.kind  # type: ignore[misc] - per instance, for windows and checkers
+        self.node = node
+        self.hook = hook
+        self.ready_timeout_s = ready_timeout_s
+        self.secret_envs = list(secret_envs)
+        self.params = params
+        self._start_before: float | None = None
+        self._heal_t0: float | None = None
+        self._served_before = False  # whether to wait for it to serve after the heal
+
+    def _env(self, fault_id: str) -> dict[str, str]:
+        env = {"ORDEAL_NODE": self.node.name,
+               "ORDEAL_NODE_URL": self.node.endpoint.url,
+               "ORDEAL_KIND": self.hook.kind, "ORDEAL_RUN_ID": self.run_id,
+               "ORDEAL_FAULT_ID": fault_id}
+        for k, v in self.params.items():
+            env[f"ORDEAL_PARAM_{k.upper()}"] = str(v)
+        return env
+
+    def _command(self, text: str) -> str:
+        return text.replace("{node}", self.node.name)
+
+    def _inverse(self) -> dict[str, Any]:
+        return {"via": "hook", "node": self.node.name,
+                "heal": self._command(self.hook.heal), "timeout_s": self.hook.timeout_s,
+                "secret_envs": self.secret_envs}
+
+    def _act(self) -> dict[str, Any]:
+        assert self.entry is not None
+        env = self._env(self.entry.id)
+        self.entry.inverse["env"] = env  # heal-all gives the heal hook the same
+        self.ledger.record(self.entry)
+        self._served_before = health(self._health_url()) == 200
+        if self.hook.kind in OBSERVED:
+            self._start_before = process_start(self._metrics_url())
+        done = run_hook(f"{self.hook.kind} on {self.node.name}: inject hook",
+                        self._command(self.hook.inject), env, self.hook.timeout_s,
+                        self.secret_envs)
+        self.entry.inverse["inject_hook"] = done
+        self.ledger.record(self.entry)
+        return {"via": "hook", "inject_hook": done}
+
+    def _health_url(self) -> str:
+        return getattr(self.node, "health_url", None) or f"{self.node.endpoint.url}/health"
+
+    def _metrics_url(self) -> str:
+        return getattr(self.node, "metrics_url", None) or f"{self.node.endpoint.url}/metrics"
+
+    def observe(self) -> Effect | None:
+        if self.hook.kind not in OBSERVED:
+            return None
+        status = health(self._health_url())
+        evidence: dict[str, Any] = {"health_url": self._health_url(), "health": status}
+        if self.hook.kind == "process_pause":
+            return Effect(status == "timeout", "the health URL answered nothing within 2 s",
+                          evidence)
+        if status != 200:
+            return Effect(True, "the health URL did not answer 200", evidence)
+        if self.hook.kind == "process_kill":
+            now = process_start(self._metrics_url())
+            evidence.update(process_start_before=self._start_before, process_start_now=now)
+            if self._start_before is not None and now is not None:
+                return Effect(now != self._start_before,
+                              "the node's process_start_time_seconds changed", evidence)
+        return Effect(False, "the health URL still answered 200", evidence)
+
+    def _aftermath(self) -> dict[str, Any]:
+        self._heal_t0 = time.monotonic()  # a restart's time runs from its heal hook
+        return {}
+
+    @classmethod
+    def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
+        inv = entry.inverse
+        done = run_hook(f"{entry.kind} on {entry.target}: heal hook", inv["heal"],
+                        dict(inv.get("env") or {}), float(inv.get("timeout_s", 60.0)),
+                        list(inv.get("secret_envs") or []))
+        return {"heal_hook": done}
+
+    @classmethod
+    def heal_line(cls, entry: LedgerEntry, done: dict[str, Any]) -> str:
+        hook = done.get("heal_hook", {})
+        return (f"{healed(entry)}: ran its heal hook {hook.get('command')!r} "
+                f"(exit {hook.get('exit_code')}, {hook.get('seconds')} s)")
+
+    def _recover(self) -> dict[str, Any]:
+        """The node serves again: its health URL answers 200. For a kill,
+        ``restarted`` and ``ready_after_s`` (from the heal hook's start, as
+        restart_readiness reads it). A node that did not serve before the
+        inject is not waited for."""
+        if not self._served_before:
+            return {"serves_again_after_s": None,
+                    "why": "the node did not answer 200 before the inject; not waited for"}
+        t0 = self._heal_t0 or time.monotonic()
+        deadline = time.monotonic() + self.ready_timeout_s
+        status: int | str = "not asked"
+        while time.monotonic() < deadline:
+            status = health(self._health_url())
+            if status == 200:
+                out: dict[str, Any] = {"serves_again_after_s": round(time.monotonic() - t0, 2)}
+                if self.hook.kind == "process_kill":
+                    out.update(restarted=True, ready_after_s=out["serves_again_after_s"])
+                return out
+            time.sleep(0.5)
+        raise FaultError(f"{self.hook.kind} on {self.node.name}: after the heal hook, "
+                         f"{self._health_url()} did not answer 200 within "
+                         f"{self.ready_timeout_s:g}s (last: {status})")

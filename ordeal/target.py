@@ -1,0 +1,283 @@
+"""The target file: a deployment Ordeal did not start (``--cluster external
+--target FILE.toml``), in the words every layer shares.
+
+A user's cluster (a Kubernetes deployment, a docker-compose file, a fleet
+of hosts) is reached, never started or stopped: the file names where
+clients connect, optionally each replica, and the commands ("hooks") that
+act on its nodes for each fault kind, since Ordeal cannot signal processes
+it does not own. Read once at start; every mistake is a ``ConfigError``
+that names the file, the key and what to write instead, before a byte is
+sent.
+
+The API key is named, never given: ``api_key_env`` is the name of an
+environment variable read when requests are made, so the key itself is in
+no file Ordeal reads or writes. ``describe()`` (what summary.json records)
+shows the variable's name and whether it was set, never its value.
+
+Reference (README "Test a running deployment")::
+
+    name = "staging"                      # labels the runs (default: the file's stem)
+    engine = "vllm"                       # the replicas' engine (only vllm for now)
+    model = "my-model"                    # the served model name clients send
+    entrypoint = "http://10.0.0.10:8000"  # router or gateway (scheme, host, port)
+    api_key_env = "ORDEAL_TARGET_API_KEY" # bearer token's variable (optional)
+    headers = { "x-tenant" = "qa" }       # extra request headers (optional)
+    fault_proxy = true                    # Ordeal's proxy in front of the entrypoint
+    ready_timeout_s = 300                 # how long a node may take to serve again
+    [tls]                                 # https entrypoints
+    verify = true
+    ca_file = "/path/ca.pem"
+    [[replica]]                           # optional, one per replica
+    name = "replica-0"
+    url = "http://10.0.0.11:8000"
+    health_path = "/health"
+    metrics_path = "/metrics"
+    [[hook]]                              # one per fault kind and node ("*": every replica)
+    kind = "process_kill"
+    node = "replica-0"
+    inject = "kubectl -n llm delete pod vllm-0 --wait=false"
+    heal = "kubectl -n llm rollout status deploy/vllm --timeout=300s"
+    timeout_s = 60
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, read_input, redact_env
+
+#: Fault kinds a hook may give (the node kinds: what needs a process or a
+#: machine of the user's). Link kinds act through the fault proxy instead.
+HOOK_KINDS = ("process_kill", "process_pause", "network_partition", "clock_drift",
+              "gpu_throttle", "gpu_memory_pressure", "packet_loss")
+ENGINES = ("vllm",)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_TOP = {"name", "engine", "model", "entrypoint", "api_key_env", "headers", "fault_proxy",
+        "ready_timeout_s", "tls", "replica", "hook"}
+
+
+@dataclass(frozen=True)
+class TargetURL:
+    """A URL of the deployment: scheme, host and port (no path: requests
+    go to the OpenAI paths under it)."""
+
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class ReplicaTarget:
+    name: str
+    url: TargetURL
+    health_path: str = "/health"
+    metrics_path: str = "/metrics"
+
+
+@dataclass(frozen=True)
+class Hook:
+    """The user's commands for one fault kind on one node: ``inject`` breaks
+    it, ``heal`` repairs it (run by the live heal and by heal-all after a
+    crash, so it must be safe to run twice). Run with ``bash -c``; see
+    faults/hook.py for the environment they get."""
+
+    kind: str
+    node: str  # a node name, or "*" for every replica
+    inject: str
+    heal: str
+    timeout_s: float = 60.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "node": self.node, "inject": self.inject,
+                "heal": self.heal, "timeout_s": self.timeout_s}
+
+
+@dataclass(frozen=True)
+class TLS:
+    verify: bool = True
+    ca_file: str | None = None
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    path: Path
+    name: str
+    engine: str
+    model: str
+    entrypoint: TargetURL
+    api_key_env: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    fault_proxy: bool = True
+    ready_timeout_s: float = 300.0
+    tls: TLS = field(default_factory=TLS)
+    replicas: tuple[ReplicaTarget, ...] = ()
+    hooks: tuple[Hook, ...] = ()
+
+    def hook(self, kind: str, node: str) -> Hook | None:
+        """The hook for ``kind`` on ``node``: the node's own, else the
+        ``"*"`` one for a replica."""
+        own = [h for h in self.hooks if h.kind == kind and h.node == node]
+        if own:
+            return own[0]
+        if node in {r.name for r in self.replicas}:
+            return next((h for h in self.hooks if h.kind == kind and h.node == "*"), None)
+        return None
+
+    def hosts(self) -> set[str]:
+        """Every host name or address the file names (what --allow-target
+        may allow)."""
+        return {self.entrypoint.host, *(r.url.host for r in self.replicas)}
+
+    def describe(self) -> dict[str, Any]:
+        """The target as summary.json records it: no secret, ever (the API
+        key's variable is named; header values of secret-looking names are
+        hidden)."""
+        return {"file": str(self.path), "name": self.name, "engine": self.engine,
+                "model": self.model, "entrypoint": self.entrypoint.url,
+                "api_key_env": self.api_key_env, "headers": redact_env(self.headers),
+                "fault_proxy": self.fault_proxy, "ready_timeout_s": self.ready_timeout_s,
+                "tls": {"verify": self.tls.verify, "ca_file": self.tls.ca_file},
+                "replicas": [{"name": r.name, "url": r.url.url, "health_path": r.health_path,
+                              "metrics_path": r.metrics_path} for r in self.replicas],
+                "hooks": [h.to_dict() for h in self.hooks]}
+
+
+def _fail(path: Path, where: str, what: str) -> ConfigError:
+    return ConfigError(f"--target {path}: {where}: {what}")
+
+
+def parse_url(path: Path, where: str, text: Any) -> TargetURL:
+    if not isinstance(text, str) or not text:
+        raise _fail(path, where, "give a URL such as \"http://10.0.0.10:8000\"")
+    u = urllib.parse.urlsplit(text)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise _fail(path, where, f"{text!r} is not an http(s) URL with a host; write e.g. "
+                                 "\"http://10.0.0.10:8000\"")
+    if u.path not in ("", "/") or u.query or u.fragment or u.username or u.password:
+        raise _fail(path, where, f"{text!r}: give scheme, host and port only (requests go to "
+                                 "/v1/... under it; credentials belong in api_key_env)")
+    try:
+        port = u.port or (443 if u.scheme == "https" else 80)
+    except ValueError as e:
+        raise _fail(path, where, f"{text!r}: bad port ({e})") from None
+    return TargetURL(u.scheme, u.hostname, port)
+
+
+def _str(path: Path, where: str, value: Any, default: str | None = None) -> str:
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, str) or not value.strip():
+        raise _fail(path, where, "give a non-empty string")
+    return value
+
+
+def _table_keys(path: Path, where: str, table: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise _fail(path, where, f"unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+def read_target_file(path: str | Path) -> TargetSpec:
+    """The target file at ``path``, checked whole; ``ConfigError`` with the
+    key and the fix for any mistake."""
+    p = Path(path)
+    raw = read_input(p, f"--target {p}", "give the path of a target file (README: Test a "
+                                         "running deployment)")
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"--target {p}: not valid TOML ({e})") from None
+    _table_keys(p, "the top level", data, _TOP)
+    for key in ("entrypoint", "model"):
+        if key not in data:
+            raise _fail(p, key, "missing; the file must name the entrypoint URL and the "
+                                "served model name")
+    engine = _str(p, "engine", data.get("engine"), "vllm")
+    if engine not in ENGINES:
+        raise _fail(p, "engine", f"{engine!r}: external targets run {', '.join(ENGINES)} only")
+    api_key_env = data.get("api_key_env")
+    if api_key_env is not None and (not isinstance(api_key_env, str)
+                                    or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", api_key_env)):
+        raise _fail(p, "api_key_env", "give the NAME of an environment variable holding the "
+                                      "key (the key itself never goes in a file)")
+    headers = data.get("headers", {})
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise _fail(p, "headers", "give a table of header names to string values, e.g. "
+                                  "headers = { \"x-tenant\" = \"qa\" }")
+    if any(k.lower() == "authorization" for k in headers):
+        raise _fail(p, "headers", "no Authorization header here (it would be a secret in a "
+                                  "file); name the key's variable in api_key_env")
+    fault_proxy = data.get("fault_proxy", True)
+    if not isinstance(fault_proxy, bool):
+        raise _fail(p, "fault_proxy", "give true or false")
+    ready = data.get("ready_timeout_s", 300.0)
+    if isinstance(ready, bool) or not isinstance(ready, (int, float)) or ready <= 0:
+        raise _fail(p, "ready_timeout_s", "give seconds above zero")
+    tls_t = data.get("tls", {})
+    if not isinstance(tls_t, dict):
+        raise _fail(p, "tls", "give a table: [tls] verify = true, ca_file = \"...\"")
+    _table_keys(p, "[tls]", tls_t, {"verify", "ca_file"})
+    if not isinstance(tls_t.get("verify", True), bool):
+        raise _fail(p, "tls.verify", "give true or false")
+    ca = tls_t.get("ca_file")
+    if ca is not None:
+        ca = str((p.parent / _str(p, "tls.ca_file", ca)).resolve())
+        if not Path(ca).is_file():
+            raise _fail(p, "tls.ca_file", f"{ca}: no such file")
+    replicas = []
+    for i, r in enumerate(data.get("replica", [])):
+        where = f"[[replica]] #{i + 1}"
+        if not isinstance(r, dict):
+            raise _fail(p, where, "give a table with name and url")
+        _table_keys(p, where, r, {"name", "url", "health_path", "metrics_path"})
+        name = _str(p, f"{where} name", r.get("name"))
+        if not _NAME.match(name) or name == "router":
+            raise _fail(p, f"{where} name", f"{name!r}: use letters, digits, '-', '_', '.' "
+                                            "(and not 'router', the entrypoint's name)")
+        paths = {k: _str(p, f"{where} {k}", r.get(k), d)
+                 for k, d in (("health_path", "/health"), ("metrics_path", "/metrics"))}
+        for k, v in paths.items():
+            if not v.startswith("/"):
+                raise _fail(p, f"{where} {k}", f"{v!r}: a path begins with /")
+        replicas.append(ReplicaTarget(name, parse_url(p, f"{where} url", r.get("url")),
+                                      **paths))
+    names = [r.name for r in replicas]
+    if len(set(names)) != len(names):
+        raise _fail(p, "[[replica]]", f"names repeat: {names}")
+    hooks = []
+    for i, h in enumerate(data.get("hook", [])):
+        where = f"[[hook]] #{i + 1}"
+        if not isinstance(h, dict):
+            raise _fail(p, where, "give a table with kind, node, inject and heal")
+        _table_keys(p, where, h, {"kind", "node", "inject", "heal", "timeout_s"})
+        kind = _str(p, f"{where} kind", h.get("kind"))
+        if kind not in HOOK_KINDS:
+            raise _fail(p, f"{where} kind", f"{kind!r}: hooks act for {', '.join(HOOK_KINDS)}"
+                                            " (link faults act through the fault proxy)")
+        node = _str(p, f"{where} node", h.get("node"))
+        if node not in ("*", "router", *names):
+            raise _fail(p, f"{where} node", f"{node!r}: name a [[replica]], \"router\" (the "
+                                            "entrypoint) or \"*\" (every replica)")
+        timeout = h.get("timeout_s", 60.0)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise _fail(p, f"{where} timeout_s", "give seconds above zero")
+        hooks.append(Hook(kind, node, _str(p, f"{where} inject", h.get("inject")),
+                          _str(p, f"{where} heal", h.get("heal")), float(timeout)))
+    seen = [(h.kind, h.node) for h in hooks]
+    if len(set(seen)) != len(seen):
+        raise _fail(p, "[[hook]]", "two hooks for the same kind and node; keep one")
+    return TargetSpec(p.resolve(), _str(p, "name", data.get("name"), p.stem),
+                      engine, _str(p, "model", data["model"]),
+                      parse_url(p, "entrypoint", data["entrypoint"]), api_key_env,
+                      tuple(headers.items()), fault_proxy, float(ready),
+                      TLS(tls_t.get("verify", True), ca), tuple(replicas), tuple(hooks))

@@ -1,0 +1,319 @@
+"""``--cluster external --target FILE``: a cluster Ordeal did not start,
+driven, broken through the user's hooks and judged (issue 24).
+
+The deployment here is started by plain shell scripts, not by Ordeal's
+cluster API: two real vLLM replicas and the real vllm-router, each launched
+by a ``start-<node>.sh`` that puts it in a session of its own and writes its
+group id to a pid file, as a supervisor would. The target file's hooks kill
+(``kill -KILL`` the group), restart (run the start script again), pause
+(``kill -STOP``) and resume (``kill -CONT``) them. The smoke suites then run
+against it in a pytest of their own, as a user would run them, with an API
+key in the environment that no file of the run may contain.
+
+The hook failures (non-zero exit, a hang past the timeout, garbage output)
+and heal-all after a SIGKILLed harness are tested on hooks that touch only
+marker files: what is checked there is the hook machinery, not a node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from engines.vllm.model import ensure_tiny_model
+from engines.vllm.nodes import SERVER_MODULE, replica_env, router_executable
+from faults.base import FaultError
+from faults.heal_all import heal_all
+from faults.hook import HookFault
+from faults.ledger import Ledger
+from nodes.external import ExternalNode
+from nodes.ports import free_ports
+from nodes.waits import http_get
+from ordeal.config import ConfigError
+from ordeal.target import Hook, read_target_file
+from ordeal.topology import Endpoint
+
+REPO = Path(__file__).resolve().parent.parent
+SECRET = "sk-ordeal-test-0123456789abcdef"
+
+
+def start_script(path: Path, argv: list[str], env: dict[str, str], log: Path,
+                 pidfile: Path) -> None:
+    """A start script that launches ``argv`` in a session of its own (its
+    group id = its pid) and writes that id to ``pidfile``."""
+    launcher = ("import subprocess,sys,os; "
+                f"p=subprocess.Popen(sys.argv[1:], start_new_session=True, "
+                f"stdout=open({str(log)!r},'ab'), stderr=subprocess.STDOUT, "
+                f"stdin=subprocess.DEVNULL); open({str(pidfile)!r},'w').write(str(p.pid))")
+    exports = "".join(f"export {k}={json.dumps(v)}\n" for k, v in env.items()
+                      if k.isidentifier())
+    path.write_text(f"#!/bin/bash\n{exports}exec {sys.executable} -c {json.dumps(launcher)} "
+                    + " ".join(json.dumps(a) for a in argv) + "\n")
+
+
+def wait_health(url: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if http_get(url, timeout=2.0)[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"{url} did not answer 200 within {timeout}s")
+
+
+def end_group(pidfile: Path) -> None:
+    """End the group this test started (its id is in ``pidfile``)."""
+    try:
+        pgid = int(pidfile.read_text())
+        os.killpg(pgid, signal.SIGCONT)
+        os.killpg(pgid, signal.SIGKILL)
+    except (OSError, ValueError):
+        pass
+
+
+@pytest.fixture(scope="module")
+def plain_stack(tmp_path_factory):
+    """Two vLLM replicas and vllm-router, started by shell scripts; the
+    target file naming them, with shell hooks."""
+    d = tmp_path_factory.mktemp("external-stack")
+    model = ensure_tiny_model(0)
+    p0, p1, pr, pm = free_ports(4, "127.0.0.1")
+    nodes = {"replica-0": p0, "replica-1": p1}
+    cores = sorted(os.sched_getaffinity(0))
+    for i, (name, port) in enumerate(nodes.items()):
+        env = replica_env({}, cpu_core=cores[i % len(cores)])
+        env.pop("PYTHONPATH", None)  # not Ordeal's: no node header middleware either
+        argv = [sys.executable, "-m", SERVER_MODULE, "--model", str(model.path),
+                "--served-model-name", "ordeal-tiny", "--host", "127.0.0.1",
+                "--port", str(port), "--max-model-len", "512", "--dtype", "float32",
+                "--enforce-eager", "--disable-uvicorn-access-log"]
+        start_script(d / f"start-{name}.sh", argv, env, d / f"{name}.log", d / f"{name}.pid")
+    router = [router_executable(), "--host", "127.0.0.1", "--port", str(pr), "--worker-urls",
+              *(f"http://127.0.0.1:{p}" for p in nodes.values()), "--policy", "round_robin",
+              "--health-check-interval-secs", "1", "--health-check-timeout-secs", "2",
+              "--cb-timeout-duration-secs", "5", "--prometheus-port", str(pm)]
+    start_script(d / "start-router.sh", router, {}, d / "router.log", d / "router.pid")
+    pidfiles = [d / f"{n}.pid" for n in (*nodes, "router")]
+    try:
+        for name in nodes:
+            subprocess.run(["bash", str(d / f"start-{name}.sh")], check=True)
+        for port in nodes.values():
+            wait_health(f"http://127.0.0.1:{port}/health", 240)
+        subprocess.run(["bash", str(d / "start-router.sh")], check=True)
+        wait_health(f"http://127.0.0.1:{pr}/health", 60)
+        group = f"$(cat {d}/{{node}}.pid)"
+        target = d / "target.toml"
+        target.write_text(textwrap.dedent(f"""\
+            name = "plain-stack"
+            model = "ordeal-tiny"
+            entrypoint = "http://127.0.0.1:{pr}"
+            api_key_env = "ORDEAL_TEST_API_KEY"
+            headers = {{ "x-tenant" = "ordeal-test" }}
+            ready_timeout_s = 300
+
+            [[replica]]
+            name = "replica-0"
+            url = "http://127.0.0.1:{p0}"
+
+            [[replica]]
+            name = "replica-1"
+            url = "http://127.0.0.1:{p1}"
+
+            [[hook]]
+            kind = "process_kill"
+            node = "*"
+            inject = "kill -KILL -- -{group}"
+            heal = "bash {d}/start-{{node}}.sh"
+            timeout_s = 30
+
+            [[hook]]
+            kind = "process_pause"
+            node = "*"
+            inject = "kill -STOP -- -{group}"
+            heal = "kill -CONT -- -{group}"
+            timeout_s = 10
+            """))
+        yield d, target
+    finally:
+        for pidfile in pidfiles:
+            end_group(pidfile)
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(900)
+def test_the_smoke_suites_run_on_a_deployment_ordeal_did_not_start(plain_stack, ordeal_say):
+    d, target = plain_stack
+    runs = d / "runs"
+    env = {**os.environ, "ORDEAL_TEST_API_KEY": SECRET, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "suites/test_smoke.py", "suites/test_nemesis.py",
+         "-m", "smoke", "--cluster", "external", "--target", str(target),
+         "--runs-dir", str(runs), "-p", "no:cacheprovider", "-q", "-rs"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=840)
+    ordeal_say("external smoke: " + proc.stdout.strip().splitlines()[-1])
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    # What will not run is said at the start: no hook for partition here.
+    assert "fault kind network_partition will not run here" in proc.stdout, proc.stdout[-3000:]
+
+    summaries = [json.loads(p.read_text()) for p in runs.glob("*/summary.json")
+                 if not p.parent.is_symlink()]  # not "latest"
+    assert len(summaries) == 2, [s["suite"] for s in summaries]
+    by_suite = {s["suite"]: s for s in summaries}
+    smoke = by_suite["test_kill_and_restart_one_replica_under_load"]
+    nemesis = by_suite["test_seeded_schedule_of_tolerable_faults"]
+    for s in summaries:
+        assert s["cluster"]["backend"] == "external"
+        assert s["cluster"]["target"]["api_key_env"] == "ORDEAL_TEST_API_KEY"
+        invariants = {i["name"]: i for i in s["invariants"]}
+        # Judged from the client and /metrics as on an embedded cluster ...
+        for name in ("no_silent_loss", "stream_wellformed", "usage_matches_tokens",
+                     "slo_latency", "counters_monotonic"):
+            assert invariants[name]["valid"] is True, invariants[name]
+        # ... and unknown, with the reason, where only Ordeal's nodes have the data.
+        for name, need in (("no_duplicate_execution", "served_journal"),
+                           ("leak_bound", "process_tree")):
+            assert invariants[name]["valid"] == "unknown", invariants[name]
+            assert need in invariants[name]["details"]["not_judgeable"], invariants[name]
+    [kill] = smoke["faults"]
+    assert kill["heal_result"]["heal_hook"]["command"].startswith("bash "), kill
+    assert kill["heal_result"]["restarted"] is True
+    kinds = {w["kind"] for w in nemesis["faults"]}
+    assert kinds == {"process_pause", "network_latency"}, nemesis["faults"]
+    assert nemesis["skipped_kinds"].keys() == {"network_partition"}
+    for w in nemesis["faults"]:
+        assert w["heal_result"]["effect"]["effective"] is True, w
+
+    # The API key reached no file the runs or their cluster logs wrote.
+    written = [p for root in (runs, runs.parent / "clusters") if root.exists()
+               for p in root.rglob("*") if p.is_file()]
+    assert len(written) > 10, written
+    leaked = [str(p) for p in written if SECRET.encode() in p.read_bytes()]
+    assert leaked == []
+
+
+# -- the hook machinery, on marker files ------------------------------------------
+
+
+def idle_node() -> ExternalNode:
+    [port] = free_ports(1, "127.0.0.1")
+    return ExternalNode("replica-0", "replica", Endpoint("127.0.0.1", port))
+
+
+def test_a_failing_hook_is_a_clear_error_and_the_inject_is_healed(tmp_path):
+    ledger = Ledger(tmp_path / "ledger")
+    healed = tmp_path / "healed"
+    hook = Hook("process_kill", "*", "echo about to fail; exit 3", f"touch {healed}", 5.0)
+    fault = HookFault(idle_node(), "run-x", ledger, hook)
+    with pytest.raises(FaultError, match=r"inject hook: the hook exited 3.*about to fail"):
+        fault.inject()
+    assert healed.exists()  # the half-done inject was healed by its heal hook
+    assert ledger.pending() == []
+
+
+def test_a_hanging_hook_is_ended_at_its_timeout(tmp_path):
+    ledger = Ledger(tmp_path / "ledger")
+    child = tmp_path / "child.pid"
+    hook = Hook("process_pause", "*", f"sleep 300 & echo $! > {child}; wait", "true", 1.0)
+    t0 = time.monotonic()
+    with pytest.raises(FaultError, match="did not finish within its timeout_s 1"):
+        HookFault(idle_node(), "run-x", ledger, hook).inject()
+    assert time.monotonic() - t0 < 60  # not the sleep's 300 s
+    pid = int(child.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.1)
+    state = Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(
+        f"/proc/{pid}").exists() else "gone"
+    assert state in ("gone", "Z"), state  # the hook's whole session was ended
+
+
+def test_garbage_output_is_recorded_not_fatal_and_the_key_is_scrubbed(tmp_path, monkeypatch):
+    monkeypatch.setenv("ORDEAL_TEST_API_KEY", SECRET)
+    ledger = Ledger(tmp_path / "ledger")
+    hook = Hook("process_pause", "*",
+                "head -c 64 /dev/urandom; printf '\\377\\376'; echo key=$ORDEAL_TEST_API_KEY",
+                "true", 5.0)
+    fault = HookFault(idle_node(), "run-x", ledger, hook, secret_envs=("ORDEAL_TEST_API_KEY",))
+    done = fault.inject()
+    out = done["inject_hook"]["output"]
+    assert "key=<redacted>" in out and SECRET not in out, out
+    assert "\ufffd" in out  # undecodable bytes replaced, kept
+    entry = json.loads(ledger.path(fault.entry.id).read_text())
+    assert SECRET not in json.dumps(entry)
+    healed = fault.heal()
+    assert healed["heal_hook"]["exit_code"] == 0
+    # A paused node answers nothing: the idle port refuses instead, so the
+    # observation says the fault showed no effect.
+    assert healed["effect"]["effective"] is False, healed["effect"]
+
+
+def test_heal_all_runs_the_heal_hook_after_a_sigkilled_harness(tmp_path):
+    ledger_dir = tmp_path / "ledger"
+    broken, healed = tmp_path / "broken", tmp_path / "healed"
+    harness = textwrap.dedent(f"""
+        import os, signal
+        from faults.hook import HookFault
+        from faults.ledger import Ledger
+        from nodes.external import ExternalNode
+        from ordeal.target import Hook
+        from ordeal.topology import Endpoint
+        hook = Hook("process_pause", "*", "touch {broken}", "rm -f {broken}; touch {healed}", 5.0)
+        node = ExternalNode("replica-0", "replica", Endpoint("127.0.0.1", 9))
+        HookFault(node, "run-crashed", Ledger({str(ledger_dir)!r}), hook).inject()
+        os.kill(os.getpid(), signal.SIGKILL)
+        """)
+    proc = subprocess.run([sys.executable, "-c", harness], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == -signal.SIGKILL
+    assert broken.exists() and not healed.exists()
+    lines = heal_all(Ledger(ledger_dir))
+    assert any("ran its heal hook" in line for line in lines), lines
+    assert healed.exists() and not broken.exists()
+    assert Ledger(ledger_dir).pending() == []
+
+
+# -- the target file ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, error", [
+    ('model = "m"', "entrypoint: missing"),
+    ('entrypoint = "ftp://x:1"\nmodel = "m"', "not an http\\(s\\) URL"),
+    ('entrypoint = "http://10.0.0.1:80/v1"\nmodel = "m"', "scheme, host and port only"),
+    ('entrypoint = "http://10.0.0.1:80"\nmodel = "m"\nheaders = { Authorization = "x" }',
+     "no Authorization header"),
+    ('entrypoint = "http://10.0.0.1:80"\nmodel = "m"\napi_key_env = "sk-123"',
+     "NAME of an environment variable"),
+    ('entrypoint = "http://10.0.0.1:80"\nmodel = "m"\n[[hook]]\nkind = "network_latency"\n'
+     'node = "*"\ninject = "x"\nheal = "y"', "link faults act through the fault proxy"),
+    ('entrypoint = "http://10.0.0.1:80"\nmodel = "m"\n[[hook]]\nkind = "process_kill"\n'
+     'node = "replica-9"\ninject = "x"\nheal = "y"', "name a \\[\\[replica\\]\\]"),
+    ('entrypoint = "http://10.0.0.1:80"\nmodel = "m"\ncolour = "red"', "unknown key"),
+])
+def test_a_bad_target_file_says_what_is_wrong(tmp_path, text, error):
+    path = tmp_path / "target.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=error):
+        read_target_file(path)
+
+
+def test_a_non_loopback_target_is_refused_without_allow_target(tmp_path):
+    path = tmp_path / "target.toml"
+    path.write_text('entrypoint = "http://10.0.0.1:80"\nmodel = "m"\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "suites/test_smoke.py", "-m", "smoke", "--cluster",
+         "external", "--target", str(path), "--runs-dir", str(tmp_path / "runs"),
+         "-p", "no:cacheprovider", "-q"],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "refusing to touch 10.0.0.1:80" in out and "--allow-target" in out, out[-3000:]
