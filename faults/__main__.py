@@ -1,5 +1,7 @@
 """``python -m faults heal-all``: end what crashed harnesses left behind,
-as every suite start does, one line per thing ended.
+as every suite start does, one line per thing ended. (``python -m faults
+export --chaos-mesh FILE`` writes a schedule's Chaos Mesh manifests instead:
+faults/chaos_mesh.py.)
 
 First the process groups their clusters started (nodes, engines, router,
 fault proxy, Ray nodes), by their process records (ordeal.ownership:
@@ -15,9 +17,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 from ordeal.ownership import reap_leftovers
 
+from . import chaos_mesh
 from .base import is_root, user_name
 from .catalogue import BACKEND_KINDS, KINDS, REGISTRY
 from .containers import remove_leftovers
@@ -47,9 +53,160 @@ def catalogue_lines() -> list[str]:
     return lines
 
 
+EXPORT_DOC = """\
+Write the Chaos Mesh manifests of an Ordeal schedule: the same faults at the
+same times, for a Kubernetes cluster that runs Chaos Mesh (CRDs checked
+against Chaos Mesh v2.8.3). Nothing is applied: the command only writes files.
+
+  OUT/workflow.yaml       one Workflow that runs the whole schedule once
+                          (apply it: kubectl apply -f OUT/workflow.yaml)
+  OUT/steps/*.yaml        each fault on its own, with its duration (by hand)
+  OUT/summary.txt         what was exported, what was not, and why
+
+Each inject, held until its paired heal, becomes one chaos object held that
+long. Kinds with no Chaos Mesh equivalent (process_pause, gpu_throttle,
+lsn_jump, ...) are left out and listed with the reason; so are targets the
+options cannot map. How schedule targets become label selectors:
+
+  one, all             the pods of --selector (every replica pod), mode one/all
+  minority, majority   the same, mode fixed with Ordeal's count (--replicas N)
+  replica-0, router    the pods of --node NAME=KEY=VALUE[,KEY=VALUE]
+  router-replica-0     link: router pods (--node router=...) and the replica's
+  client-router        link: router pods and --client-cidr (downstream only)
+
+Exit status: 0 written, 1 nothing could be exported (summary.txt says why),
+2 a bad schedule file or option. Details: faults/chaos_mesh.py and
+docs/examples/kubernetes/README.md.
+"""
+
+
+def _labels(text: str, opt: str) -> dict[str, str]:
+    """``k=v[,k=v]`` -> ``{k: v}``; ExportError naming the option."""
+    out = {}
+    for part in [p.strip() for p in text.split(",") if p.strip()]:
+        k, eq, v = part.partition("=")
+        if not eq or not k.strip():
+            raise chaos_mesh.ExportError(f"{opt} {text!r}: expected KEY=VALUE[,KEY=VALUE] "
+                                         "(pod labels, e.g. app=vllm)")
+        out[k.strip()] = v.strip()
+    if not out:
+        raise chaos_mesh.ExportError(f"{opt} {text!r}: no label given; expected KEY=VALUE")
+    return out
+
+
+def export_options(args: argparse.Namespace, source: str, run_id: str) -> chaos_mesh.Options:
+    selector: dict[str, str] = {}
+    for text in args.selector:
+        selector.update(_labels(text, "--selector"))
+    nodes: dict[str, dict[str, str]] = {}
+    for text in args.node:
+        name, eq, labels = text.partition("=")
+        if not eq or not name.strip():
+            raise chaos_mesh.ExportError(
+                f"--node {text!r}: expected NAME=KEY=VALUE[,KEY=VALUE], e.g. "
+                "replica-0=app=vllm,replica=0 (NAME as the schedule names the node)")
+        nodes[name.strip()] = _labels(labels, f"--node {name.strip()}")
+    return chaos_mesh.Options(
+        namespace=args.namespace, selector=selector, nodes=nodes, replicas=args.replicas,
+        client_cidrs=tuple(args.client_cidr), http_port=args.http_port,
+        router_http_port=args.router_http_port, container=args.container, kill=args.kill,
+        run_id=run_id, source=source, defaults=chaos_mesh.constructor_defaults(REGISTRY))
+
+
+def export_main(args: argparse.Namespace) -> int:
+    """``export --chaos-mesh``: read, map, write, and say what was not exported."""
+    def say(line: str) -> None:
+        print(f"[export] {line}", flush=True)
+
+    path = Path(args.schedule)
+    try:
+        opts = export_options(args, path.name, args.run_id or "ordeal")  # options first
+        say(f"reading {path}")
+        steps = chaos_mesh.read_schedule_file(path)
+        run_id = args.run_id or chaos_mesh.default_run_id(path, path.read_bytes())
+        x = chaos_mesh.export(steps, replace(opts, run_id=run_id))
+    except (chaos_mesh.ExportError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    say(f"{len(steps)} steps: {len(x.exported) + len(x.left_out)} fault(s), each an inject held "
+        "until its heal")
+    for r in sorted([*x.exported, *x.left_out], key=lambda r: r.held.n):
+        h = r.held
+        head = f"{h.label} at {chaos_mesh.num(h.at_s)} s held {chaos_mesh.num(h.hold_s)} s: " \
+               f"{h.kind} on {h.target}"
+        if isinstance(r, chaos_mesh.Exported):
+            say(f"{head} -> {', '.join(chaos_mesh.describe(c) for c in r.chaos)}")
+        else:
+            say(f"{head} -> not exported")
+    out = Path(args.out or f"chaos-mesh-{run_id}")
+    try:
+        chaos_mesh.write_export(x, out, args.format, say)
+    except (chaos_mesh.ExportError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print()
+    for line in chaos_mesh.summary_lines(x, out, args.format):
+        print(line)
+    if not x.exported:
+        print(f"error: no fault of {path} could be exported (the reasons are above and in "
+              f"{out / chaos_mesh.SUMMARY})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_export_parser(sub: Any) -> None:
+    e = sub.add_parser("export", help="write the Chaos Mesh manifests of a schedule "
+                       "(--chaos-mesh)", description=EXPORT_DOC,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    e.add_argument("--chaos-mesh", action="store_true", required=True,
+                   help="write Chaos Mesh objects (the only export there is; required)")
+    e.add_argument("schedule", metavar="SCHEDULE_FILE",
+                   help="an Ordeal schedule: minimal-schedule.json of an exploration, "
+                        "docs/examples/*.json, or an endurance run's endurance.json")
+    e.add_argument("--namespace", default="default", metavar="NS",
+                   help="namespace of the chaos objects and of the pods they select "
+                        "(default: default)")
+    e.add_argument("--selector", action="append", default=[], metavar="KEY=VALUE",
+                   help="labels every replica pod has and no other pod has (repeat or join "
+                        "with commas); needed for the targets one, all, minority, majority")
+    e.add_argument("--node", action="append", default=[], metavar="NAME=KEY=VALUE[,KEY=VALUE]",
+                   help="the pods of one node the schedule names (replica-0, router), by "
+                        "their labels, used as written (not merged with --selector); repeat "
+                        "per node. Links need the router's and the replica's")
+    e.add_argument("--replicas", type=int, metavar="N",
+                   help="how many replica pods --selector matches: the targets minority and "
+                        "majority become mode fixed with Ordeal's count")
+    e.add_argument("--client-cidr", action="append", default=[], metavar="CIDR",
+                   help="where the load comes from (address or CIDR, repeatable): link faults "
+                        "on client-router act on the router's packets to it")
+    e.add_argument("--http-port", type=int, default=8000, metavar="PORT",
+                   help="the replicas' HTTP port, for HTTPChaos (http_fault, connection_reset; "
+                        "default 8000)")
+    e.add_argument("--router-http-port", type=int, default=None, metavar="PORT",
+                   help="the router's HTTP port, for HTTP faults on client-router (default: "
+                        "--http-port)")
+    e.add_argument("--container", default=None, metavar="NAME",
+                   help="the engine's container in the pod (containerNames of TimeChaos, "
+                        "StressChaos and container-kill; default: Chaos Mesh's, the first)")
+    e.add_argument("--kill", choices=chaos_mesh.KILL_ACTIONS, default="pod-kill",
+                   help="process_kill as pod-kill (the pod is deleted, its controller makes a "
+                        "new one; default) or container-kill (the kubelet restarts the "
+                        "container in place; needs --container)")
+    e.add_argument("--run-id", default=None, metavar="ID",
+                   help="names the objects (ordeal-ID...) and labels them ordeal/run-id=ID "
+                        "(default: the file's stem and 8 hex of its sha256, so the same file "
+                        "gives the same names)")
+    e.add_argument("--format", choices=("yaml", "json"), default="yaml",
+                   help="yaml (default; written without PyYAML) or json; one document per file")
+    e.add_argument("--out", default=None, metavar="DIR",
+                   help="where to write (default: ./chaos-mesh-<run id>); must be new, empty, "
+                        "or an earlier export, whose files are replaced")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m faults", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
+    add_export_parser(sub)
     h = sub.add_parser("heal-all", help="heal every fault still in the ledger")
     h.add_argument("--ledger-dir", default=None, help="ledger directory (default: the state dir)")
     h.add_argument("--force", action="store_true",
@@ -58,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("list", help="list the faults still in the ledger, and the known kinds")
     sub.add_parser("catalogue", help="every fault kind, whether it needs root, and why")
     args = ap.parse_args(argv)
+    if args.cmd == "export":
+        return export_main(args)
     if args.cmd == "catalogue":
         for line in catalogue_lines():
             print(line)
