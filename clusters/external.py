@@ -9,6 +9,10 @@ an embedded cluster. The node kinds act through the target file's hooks
 (faults/hook.py); a kind with neither is refused with the reason
 (``unsupported``), at start and in the catalogue.
 
+A ``[toxiproxy]`` table names a Toxiproxy server the user runs (in front of
+the replicas, say) and which of its proxies carry which link: the L4 link
+kinds then act there too, through its API (faults/proxy/client.py).
+
 Every address the file names must be allowed before anything is sent:
 loopback, or a network or host name given with ``--allow-target`` (a host
 name only when the file names it). Checkers that need what only Ordeal's
@@ -28,18 +32,15 @@ from clusters.base import ClusterBase
 from engines.registry import engine_for
 from faults.base import FaultError
 from faults.hook import HookFault
+from faults.proxy.client import ProxyError, ToxiproxyClient
 from faults.safety import require_ours
 from load.workload import ClientOptions
 from nodes.external import ExternalNode
 from nodes.ports import free_ports
 from nodes.process import ManagedProcess
 from ordeal.config import ClusterSpec, ConfigError
-from ordeal.target import HOOK_KINDS, TargetSpec, TargetURL
+from ordeal.target import TargetSpec, TargetURL, ToxiproxyTarget
 from ordeal.topology import Endpoint, Link
-
-#: The link kinds: they act through the fault proxy in front of the entrypoint.
-LINK_KINDS = ("network_latency", "bandwidth_limit", "connection_reset", "http_fault",
-              "lsn_jump")
 
 #: What an external cluster cannot give the checkers, and why
 #: (invariants.base.RunContext.unavailable).
@@ -53,20 +54,34 @@ UNAVAILABLE = {
 }
 
 
-def unsupported_kind(target: TargetSpec, kind: str) -> str | None:
-    """Why ``kind`` cannot act on the deployment ``target`` names, or None:
-    a link kind needs the fault proxy, a node kind a hook. Pure: the
-    plugin says it at start, before anything is reached."""
-    if kind in LINK_KINDS:
-        return None if target.fault_proxy else (
-            "acts through Ordeal's fault proxy in front of the entrypoint, and the target "
-            "file sets fault_proxy = false")
-    if kind not in HOOK_KINDS:
-        return f"has no way to act on an external deployment ({kind})"
-    if not any(h.kind == kind for h in target.hooks):
-        return (f"acts on the deployment's own processes or machines, which Ordeal does "
-                f"not own: give a [[hook]] with kind = \"{kind}\" in {target.path}")
-    return None
+def _host_port(text: str, server_host: str) -> Endpoint:
+    """A Toxiproxy ``listen``/``upstream`` (``HOST:PORT``) as an endpoint; a
+    wildcard listen address is the server's own host."""
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]")
+    if host in ("", "0.0.0.0", "::"):
+        host = server_host
+    return Endpoint(host, int(port))
+
+
+def toxiproxy_links(tp: ToxiproxyTarget) -> list[Link]:
+    """The target file's Toxiproxy proxies as links, each checked on the
+    server now (it must exist) and its addresses read from it."""
+    control = Endpoint(tp.url.host, tp.url.port, tp.url.scheme)
+    require_ours(control, "--target toxiproxy.url")
+    client = ToxiproxyClient(control, dict(tp.links))
+    out = []
+    for name, proxy in tp.links:
+        try:
+            got = client.link(name)
+        except ProxyError as e:
+            raise ConfigError(f"--target [toxiproxy] link {name} = {proxy!r}: {e}") from None
+        src, dst = ("client", "router") if name == "client-router" else (
+            "router", name.removeprefix("router-"))
+        out.append(Link(name, src, dst, _host_port(got["listen"], tp.url.host),
+                        _host_port(got["upstream"], tp.url.host), control, api="toxiproxy",
+                        proxy=proxy))
+    return out
 
 
 def upstream_address(host: str) -> str:
@@ -110,7 +125,7 @@ class ExternalCluster(ClusterBase):
     # -- what can run -----------------------------------------------------
     def unsupported(self, kind: str) -> str | None:
         """Why ``kind`` cannot act on this deployment, or None."""
-        return unsupported_kind(self.target, kind)
+        return self.target.unsupported(kind)
 
     def unavailable(self) -> dict[str, str]:
         return dict(UNAVAILABLE)
@@ -152,6 +167,8 @@ class ExternalCluster(ClusterBase):
             loopback = ipaddress.ip_address(address).is_loopback
             self._start_fault_proxy(control, () if loopback else (
                 "--allow-upstream", str(ipaddress.ip_network(address))))
+        if t.toxiproxy is not None:
+            self.links += toxiproxy_links(t.toxiproxy)
         t0 = time.monotonic()
         for node in self.nodes:
             node.wait_ready(t.ready_timeout_s)

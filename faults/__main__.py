@@ -21,7 +21,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ordeal.config import ConfigError
 from ordeal.ownership import reap_leftovers
+from ordeal.target import TargetSpec, read_target_file
+from ordeal.topology import L4_LINK_KINDS, LINK_KINDS
 
 from . import chaos_mesh
 from .base import is_root, user_name
@@ -50,6 +53,27 @@ def catalogue_lines() -> list[str]:
                  f"runs as {user_name()} (uid {os.geteuid()}): "
                  + ("every kind can be injected" if is_root() else
                     "those are refused before anything is touched"))
+    return lines
+
+
+def target_catalogue_lines(target: TargetSpec) -> list[str]:
+    """For an external deployment: how each kind acts on it, or why not."""
+    lines = []
+    for kind in KINDS:
+        why = target.unsupported(kind)
+        if why:
+            lines.append(f"{kind:<20} refused: {why}")
+        elif kind in LINK_KINDS:
+            where = (["Ordeal's fault proxy (client-router)"] if target.fault_proxy else []) + (
+                [f"Toxiproxy links {[n for n, _ in target.toxiproxy.links]}"]
+                if target.toxiproxy is not None and kind in L4_LINK_KINDS else [])
+            lines.append(f"{kind:<20} acts through {' and '.join(where)}")
+        else:
+            nodes = sorted({h.node for h in target.hooks if h.kind == kind})
+            lines.append(f"{kind:<20} acts through the hooks for {', '.join(nodes)}")
+    runs = [k for k in KINDS if not target.unsupported(k)]
+    lines.append(f"{len(runs)} of {len(KINDS)} kinds can act on {target.name} "
+                 f"({target.path})")
     return lines
 
 
@@ -213,12 +237,24 @@ def main(argv: list[str] | None = None) -> int:
                    help="heal also the faults of a harness that still runs (default: leave "
                         "them to it)")
     sub.add_parser("list", help="list the faults still in the ledger, and the known kinds")
-    sub.add_parser("catalogue", help="every fault kind, whether it needs root, and why")
+    c = sub.add_parser("catalogue", help="every fault kind, whether it needs root, and why")
+    c.add_argument("--target", default=None, metavar="FILE.toml",
+                   help="instead: how each kind acts on the deployment this target file "
+                        "names (--cluster external): its hook, Ordeal's fault proxy or a "
+                        "[toxiproxy] link, or why it cannot")
     args = ap.parse_args(argv)
     if args.cmd == "export":
         return export_main(args)
     if args.cmd == "catalogue":
-        for line in catalogue_lines():
+        if args.target:
+            try:
+                lines = target_catalogue_lines(read_target_file(args.target))
+            except ConfigError as e:
+                print(f"python -m faults catalogue: {e}", file=sys.stderr)
+                return 2
+        else:
+            lines = catalogue_lines()
+        for line in lines:
             print(line)
         return 0
     ledger = Ledger(getattr(args, "ledger_dir", None))

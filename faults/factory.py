@@ -14,16 +14,13 @@ import inspect
 import random
 from typing import Any
 
-from ordeal.topology import Cluster
+from ordeal.topology import LINK_KINDS, Cluster
 
 from .base import Fault, FaultError
 from .catalogue import BACKEND_KINDS, REGISTRY
 from .ledger import Ledger
 from .sequence_jump import SequenceJump
 from .targets import select
-
-LINK_KINDS = frozenset({"network_latency", "bandwidth_limit", "connection_reset",
-                        "http_fault", "lsn_jump"})
 
 
 def fault_class(kind: str) -> type[Fault]:

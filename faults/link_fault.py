@@ -21,7 +21,14 @@ from ordeal.topology import Link
 from . import safety
 from .base import Effect, Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
-from .proxy.client import LinkNotFound, ProxyClient, ProxyError, ProxyUnreachable
+from .proxy.client import (
+    LinkNotFound,
+    ProxyClient,
+    ProxyError,
+    ProxyUnreachable,
+    ToxiproxyClient,
+    toxiproxy_attributes,
+)
 from .proxy.toxics import ToxicError, build_toxic
 
 BOTH = ("upstream", "downstream")
@@ -58,7 +65,8 @@ class LinkFault(Fault):
         self.specs = specs
         tag = uuid.uuid4().hex[:10]
         self.toxic_names = [f"ordeal-{self.kind}-{tag}-{i}" for i in range(len(specs))]
-        self.client = ProxyClient(link.control, timeout=timeout_s)
+        self.client = control_client(link.control.url, link.api, link.name, link.proxy,
+                                     timeout_s)
 
     # -- refusing early -----------------------------------------------------
 
@@ -75,6 +83,12 @@ class LinkFault(Fault):
                              "toxicity": spec.toxicity, "attributes": spec.attributes})
             except ToxicError as e:
                 raise FaultError(f"{self.kind} on {self.link.name}: {e}") from None
+            if self.link.api == "toxiproxy":
+                try:
+                    toxiproxy_attributes(spec.type, spec.attributes)
+                except ProxyError as e:
+                    raise FaultError(f"{self.kind} on {self.link.name} (a Toxiproxy link): "
+                                     f"{e}") from None
         try:
             self.client.link(self.link.name)
         except LinkNotFound:
@@ -98,7 +112,8 @@ class LinkFault(Fault):
     def _inverse(self) -> dict[str, Any]:
         return {"action": "remove_toxics", "control": self.link.control.url,
                 "link": self.link.name, "toxics": list(self.toxic_names),
-                "timeout_s": self.client.timeout}
+                "timeout_s": self.client.timeout, "api": self.link.api,
+                "proxy": self.link.proxy}
 
     def _act(self) -> dict[str, Any]:
         added = []
@@ -110,10 +125,13 @@ class LinkFault(Fault):
                           "toxicity": spec.toxicity, **spec.attributes})
         return {"link": self.link.name, "toxics": added}
 
-    def observe(self) -> Effect:
+    def observe(self) -> Effect | None:
         """What the proxy says each of this fault's toxics acted on (chunks
         delayed or throttled, connections reset, responses aborted, events
-        changed): a toxic on a link no request crossed did nothing."""
+        changed): a toxic on a link no request crossed did nothing. A
+        Toxiproxy server counts nothing: not observable (None)."""
+        if self.link.api == "toxiproxy":
+            return None
         link = self.client.link(self.link.name)
         hits = {t["name"]: int((t.get("counters") or {}).get("hits", 0))
                 for t in link.get("toxics", []) if t.get("name") in self.toxic_names}
@@ -129,7 +147,8 @@ class LinkFault(Fault):
     @classmethod
     def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
         inv = entry.inverse
-        client = ProxyClient(inv["control"], timeout=inv.get("timeout_s", 5.0))
+        client = control_client(inv["control"], inv.get("api", "ordeal"), inv["link"],
+                                inv.get("proxy"), inv.get("timeout_s", 5.0))
         # An unreachable proxy that did not refuse (a timeout) may still run:
         # that raises, the entry stays, and a later heal-all retries.
         return remove_toxics(client, inv["link"], inv["toxics"])
@@ -143,6 +162,15 @@ class LinkFault(Fault):
         return (f"{healed(entry)}: removed {done['removed']} toxic(s) from link {inv['link']} "
                 f"at {inv['control']}"
                 + (f", {done['already_gone']} already gone" if done["already_gone"] else ""))
+
+
+def control_client(control: str, api: str, link: str, proxy: str | None,
+                   timeout_s: float) -> ProxyClient:
+    """The client of a link's control API: Ordeal's fault proxy, or a
+    Toxiproxy server (the link's proxy there named ``proxy``)."""
+    if api == "toxiproxy":
+        return ToxiproxyClient(control, {link: proxy or link}, timeout=timeout_s)
+    return ProxyClient(control, timeout=timeout_s)
 
 
 def remove_toxics(client: ProxyClient, link: str, names: list[str]) -> dict[str, Any]:

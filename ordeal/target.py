@@ -32,6 +32,9 @@ Reference (README "Test a running deployment")::
     url = "http://10.0.0.11:8000"
     health_path = "/health"
     metrics_path = "/metrics"
+    [toxiproxy]                           # a Toxiproxy server of the user's (optional)
+    url = "http://10.0.0.12:8474"
+    links = { "router-replica-0" = "vllm-0" }  # link -> its Toxiproxy proxy
     [[hook]]                              # one per fault kind and node ("*": every replica)
     kind = "process_kill"
     node = "replica-0"
@@ -50,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError, read_input, redact_env
+from .topology import L4_LINK_KINDS, LINK_KINDS
 
 #: Fault kinds a hook may give (the node kinds: what needs a process or a
 #: machine of the user's). Link kinds act through the fault proxy instead.
@@ -58,7 +62,7 @@ HOOK_KINDS = ("process_kill", "process_pause", "network_partition", "clock_drift
 ENGINES = ("vllm",)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _TOP = {"name", "engine", "model", "entrypoint", "api_key_env", "headers", "fault_proxy",
-        "ready_timeout_s", "tls", "replica", "hook"}
+        "ready_timeout_s", "tls", "replica", "hook", "toxiproxy"}
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,16 @@ class TLS:
 
 
 @dataclass(frozen=True)
+class ToxiproxyTarget:
+    """A Toxiproxy server the user runs in front of parts of the deployment:
+    its API URL, and which of its proxies is which link (``client-router``,
+    ``router-<replica>``)."""
+
+    url: TargetURL
+    links: tuple[tuple[str, str], ...]  # (link name, Toxiproxy proxy name)
+
+
+@dataclass(frozen=True)
 class TargetSpec:
     path: Path
     name: str
@@ -122,6 +136,7 @@ class TargetSpec:
     tls: TLS = field(default_factory=TLS)
     replicas: tuple[ReplicaTarget, ...] = ()
     hooks: tuple[Hook, ...] = ()
+    toxiproxy: ToxiproxyTarget | None = None
 
     def hook(self, kind: str, node: str) -> Hook | None:
         """The hook for ``kind`` on ``node``: the node's own, else the
@@ -133,10 +148,33 @@ class TargetSpec:
             return next((h for h in self.hooks if h.kind == kind and h.node == "*"), None)
         return None
 
+    def unsupported(self, kind: str) -> str | None:
+        """Why ``kind`` cannot act on this deployment, or None: a link kind
+        needs Ordeal's fault proxy (or, L4 only, a [toxiproxy] link), a node
+        kind a hook. Said at start, in ``python -m faults catalogue --target``
+        and by the fault factory."""
+        if kind in LINK_KINDS:
+            if self.fault_proxy or (kind in L4_LINK_KINDS and self.toxiproxy is not None):
+                return None
+            if self.toxiproxy is not None:
+                return ("acts on HTTP and SSE (L7), which only Ordeal's fault proxy reads, and "
+                        "the target file sets fault_proxy = false (its [toxiproxy] links are "
+                        "L4 only)")
+            return ("acts through Ordeal's fault proxy in front of the entrypoint or a "
+                    "[toxiproxy] link, and the target file sets fault_proxy = false and gives "
+                    "none")
+        if kind not in HOOK_KINDS:
+            return f"has no way to act on an external deployment ({kind})"
+        if not any(h.kind == kind for h in self.hooks):
+            return (f"acts on the deployment's own processes or machines, which Ordeal does "
+                    f"not own: give a [[hook]] with kind = \"{kind}\" in {self.path}")
+        return None
+
     def hosts(self) -> set[str]:
         """Every host name or address the file names (what --allow-target
         may allow)."""
-        return {self.entrypoint.host, *(r.url.host for r in self.replicas)}
+        return {self.entrypoint.host, *(r.url.host for r in self.replicas),
+                *([self.toxiproxy.url.host] if self.toxiproxy else [])}
 
     def describe(self) -> dict[str, Any]:
         """The target as summary.json records it: no secret, ever (the API
@@ -149,7 +187,9 @@ class TargetSpec:
                 "tls": {"verify": self.tls.verify, "ca_file": self.tls.ca_file},
                 "replicas": [{"name": r.name, "url": r.url.url, "health_path": r.health_path,
                               "metrics_path": r.metrics_path} for r in self.replicas],
-                "hooks": [h.to_dict() for h in self.hooks]}
+                "hooks": [h.to_dict() for h in self.hooks],
+                "toxiproxy": None if self.toxiproxy is None else {
+                    "url": self.toxiproxy.url.url, "links": dict(self.toxiproxy.links)}}
 
 
 def _fail(path: Path, where: str, what: str) -> ConfigError:
@@ -276,8 +316,37 @@ def read_target_file(path: str | Path) -> TargetSpec:
     seen = [(h.kind, h.node) for h in hooks]
     if len(set(seen)) != len(seen):
         raise _fail(p, "[[hook]]", "two hooks for the same kind and node; keep one")
+    toxiproxy = _toxiproxy(p, data.get("toxiproxy"), names, fault_proxy)
     return TargetSpec(p.resolve(), _str(p, "name", data.get("name"), p.stem),
                       engine, _str(p, "model", data["model"]),
                       parse_url(p, "entrypoint", data["entrypoint"]), api_key_env,
                       tuple(headers.items()), fault_proxy, float(ready),
-                      TLS(tls_t.get("verify", True), ca), tuple(replicas), tuple(hooks))
+                      TLS(tls_t.get("verify", True), ca), tuple(replicas), tuple(hooks),
+                      toxiproxy)
+
+
+def _toxiproxy(p: Path, table: Any, replicas: list[str],
+               fault_proxy: bool) -> ToxiproxyTarget | None:
+    """``[toxiproxy]``: url, and links = { LINK = "PROXY", ... }."""
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise _fail(p, "[toxiproxy]", "give a table: url = \"http://HOST:8474\", links = { "
+                                      "\"router-replica-0\" = \"its proxy's name\" }")
+    _table_keys(p, "[toxiproxy]", table, {"url", "links"})
+    url = parse_url(p, "toxiproxy.url", table.get("url"))
+    links = table.get("links")
+    if not isinstance(links, dict) or not links or not all(
+            isinstance(v, str) and v for v in links.values()):
+        raise _fail(p, "toxiproxy.links", "give a table of link names to the names of the "
+                                          "Toxiproxy proxies that carry them")
+    allowed = {"client-router", *(f"router-{r}" for r in replicas)}
+    for link in links:
+        if link not in allowed:
+            raise _fail(p, "toxiproxy.links", f"{link!r}: name client-router or router-<a "
+                                              f"[[replica]] name> ({sorted(allowed)})")
+    if "client-router" in links and fault_proxy:
+        raise _fail(p, "toxiproxy.links", "client-router is Ordeal's fault proxy's link "
+                                          "while fault_proxy = true; set fault_proxy = false "
+                                          "to use your Toxiproxy there")
+    return ToxiproxyTarget(url, tuple(links.items()))

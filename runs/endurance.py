@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from faults.catalogue import BACKEND_KINDS, KINDS
-from faults.factory import LINK_KINDS
 from faults.nemesis import FaultWindow
 from faults.schedule import FaultChoice, Step, plan_schedule
 from faults.targets import select
@@ -45,6 +44,7 @@ from ordeal.history.ops import HARNESS, MONITOR, Op
 from ordeal.history.reader import HistoryTail
 from ordeal.history.windows import INJECTED, FaultWindows, Window
 from ordeal.history.writer import History
+from ordeal.topology import LINK_KINDS
 from reports.run_dir import write_json_atomic
 from runs.run import unavailable_data
 

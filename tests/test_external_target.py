@@ -27,13 +27,17 @@ import time
 from pathlib import Path
 
 import pytest
+from toxiproxy import Toxiproxy
 
+from clusters.external import toxiproxy_links
 from engines.vllm.model import ensure_tiny_model
 from engines.vllm.nodes import SERVER_MODULE, replica_env, router_executable
 from faults.base import FaultError
 from faults.heal_all import heal_all
 from faults.hook import HookFault
 from faults.ledger import Ledger
+from faults.network_latency import NetworkLatency
+from faults.proxy.launch import ProxyProcess
 from nodes.external import ExternalNode
 from nodes.ports import free_ports
 from nodes.waits import http_get
@@ -98,8 +102,16 @@ def plain_stack(tmp_path_factory):
                 "--port", str(port), "--max-model-len", "512", "--dtype", "float32",
                 "--enforce-eager", "--disable-uvicorn-access-log"]
         start_script(d / f"start-{name}.sh", argv, env, d / f"{name}.log", d / f"{name}.pid")
+    # The user's Toxiproxy between the router and the replicas: Ordeal's proxy
+    # started bare and filled over its Toxiproxy API by toxiproxy-python.
+    toxiproxy = ProxyProcess([], stderr_path=d / "toxiproxy.log").start()
+    server = Toxiproxy()
+    server.update_api_consumer(toxiproxy.control.host, toxiproxy.control.port)
+    listens = [server.create(upstream=f"127.0.0.1:{port}", name=f"vllm-{i}",
+                             listen="127.0.0.1:0").listen
+               for i, port in enumerate(nodes.values())]
     router = [router_executable(), "--host", "127.0.0.1", "--port", str(pr), "--worker-urls",
-              *(f"http://127.0.0.1:{p}" for p in nodes.values()), "--policy", "round_robin",
+              *(f"http://{listen}" for listen in listens), "--policy", "round_robin",
               "--health-check-interval-secs", "1", "--health-check-timeout-secs", "2",
               "--cb-timeout-duration-secs", "5", "--prometheus-port", str(pm)]
     start_script(d / "start-router.sh", router, {}, d / "router.log", d / "router.pid")
@@ -129,6 +141,10 @@ def plain_stack(tmp_path_factory):
             name = "replica-1"
             url = "http://127.0.0.1:{p1}"
 
+            [toxiproxy]
+            url = "http://127.0.0.1:{toxiproxy.control.port}"
+            links = {{ "router-replica-0" = "vllm-0", "router-replica-1" = "vllm-1" }}
+
             [[hook]]
             kind = "process_kill"
             node = "*"
@@ -147,6 +163,7 @@ def plain_stack(tmp_path_factory):
     finally:
         for pidfile in pidfiles:
             end_group(pidfile)
+        toxiproxy.stop()
 
 
 @pytest.mark.cluster
@@ -191,7 +208,14 @@ def test_the_smoke_suites_run_on_a_deployment_ordeal_did_not_start(plain_stack, 
     assert kinds == {"process_pause", "network_latency"}, nemesis["faults"]
     assert nemesis["skipped_kinds"].keys() == {"network_partition"}
     for w in nemesis["faults"]:
-        assert w["heal_result"]["effect"]["effective"] is True, w
+        if w["kind"] == "network_latency":
+            # On the user's Toxiproxy (router-replica-0), which counts nothing:
+            # not observable; its effect is measured in the next test.
+            assert w["target"] == "router-replica-0", w
+            assert w["inject_result"]["toxics"][0]["latency_ms"] == 150, w
+            assert "effect" not in w["heal_result"], w
+        else:
+            assert w["heal_result"]["effect"]["effective"] is True, w
 
     # The API key reached no file the runs or their cluster logs wrote.
     written = [p for root in (runs, runs.parent / "clusters") if root.exists()
@@ -199,6 +223,36 @@ def test_the_smoke_suites_run_on_a_deployment_ordeal_did_not_start(plain_stack, 
     assert len(written) > 10, written
     leaked = [str(p) for p in written if SECRET.encode() in p.read_bytes()]
     assert leaked == []
+
+
+def round_trip_s(url: str) -> float:
+    t0 = time.monotonic()
+    assert http_get(url, timeout=30.0)[0] == 200
+    return time.monotonic() - t0
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+def test_latency_acts_through_the_user_s_toxiproxy_and_heals(plain_stack):
+    """network_latency on router-replica-0 goes through the Toxiproxy
+    server's API; a replica's /health through that proxy is slower by the
+    toxic while it is in and as fast as before once it is healed."""
+    _, target = plain_stack
+    links = {x.name: x for x in toxiproxy_links(read_target_file(target).toxiproxy)}
+    link = links["router-replica-0"]
+    assert link.api == "toxiproxy" and link.proxy == "vllm-0"
+    url = f"{link.listen.url}/health"
+    before = min(round_trip_s(url) for _ in range(5))
+    fault = NetworkLatency(link, "run-x", Ledger(), latency_ms=400)
+    fault.inject()
+    try:
+        during = min(round_trip_s(url) for _ in range(3))
+    finally:
+        healed = fault.heal()
+    after = min(round_trip_s(url) for _ in range(5))
+    assert during - before > 0.2, (before, during)  # half the toxic's 400 ms, at least
+    assert after - before < (during - before) / 2, (before, during, after)
+    assert healed["removed"] == 1 and healed["already_gone"] == 0, healed
 
 
 # -- the hook machinery, on marker files ------------------------------------------
@@ -298,6 +352,10 @@ def test_heal_all_runs_the_heal_hook_after_a_sigkilled_harness(tmp_path):
     ('entrypoint = "http://10.0.0.1:80"\nmodel = "m"\n[[hook]]\nkind = "process_kill"\n'
      'node = "replica-9"\ninject = "x"\nheal = "y"', "name a \\[\\[replica\\]\\]"),
     ('entrypoint = "http://10.0.0.1:80"\nmodel = "m"\ncolour = "red"', "unknown key"),
+    ('entrypoint = "http://10.0.0.1:80"\nmodel = "m"\n[toxiproxy]\nurl = "http://10.0.0.2:8474"'
+     '\nlinks = { "router-replica-0" = "p" }', "name client-router or router-"),
+    ('entrypoint = "http://10.0.0.1:80"\nmodel = "m"\n[toxiproxy]\nurl = "http://10.0.0.2:8474"'
+     '\nlinks = { "client-router" = "p" }', "set fault_proxy = false"),
 ])
 def test_a_bad_target_file_says_what_is_wrong(tmp_path, text, error):
     path = tmp_path / "target.toml"
@@ -317,3 +375,36 @@ def test_a_non_loopback_target_is_refused_without_allow_target(tmp_path):
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert "refusing to touch 10.0.0.1:80" in out and "--allow-target" in out, out[-3000:]
+
+
+def test_the_catalogue_says_how_each_kind_acts_on_a_target(tmp_path):
+    path = tmp_path / "target.toml"
+    path.write_text(textwrap.dedent("""\
+        entrypoint = "http://127.0.0.1:8000"
+        model = "m"
+        fault_proxy = false
+        [[replica]]
+        name = "replica-0"
+        url = "http://127.0.0.1:8001"
+        [toxiproxy]
+        url = "http://127.0.0.1:8474"
+        links = { "router-replica-0" = "vllm-0" }
+        [[hook]]
+        kind = "process_kill"
+        node = "*"
+        inject = "true"
+        heal = "true"
+        """))
+    proc = subprocess.run([sys.executable, "-m", "faults", "catalogue", "--target", str(path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines()}
+    assert "acts through the hooks for *" in lines["process_kill"]
+    assert "Toxiproxy links ['router-replica-0']" in lines["network_latency"]
+    assert "refused: acts on HTTP and SSE (L7)" in lines["http_fault"]
+    assert 'give a [[hook]] with kind = "process_pause"' in lines["process_pause"]
+    assert "4 of 12 kinds can act" in proc.stdout  # 3 L4 link kinds and the kill
+    bad = subprocess.run([sys.executable, "-m", "faults", "catalogue", "--target",
+                          str(tmp_path / "missing.toml")],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "no such file" in bad.stderr
