@@ -39,6 +39,7 @@ from nodes.external import ExternalNode
 from nodes.ports import free_ports
 from nodes.process import ManagedProcess
 from ordeal.config import ClusterSpec, ConfigError
+from ordeal.ownership import SESSION_NETWORKS, Allowance
 from ordeal.target import TargetSpec, TargetURL, ToxiproxyTarget
 from ordeal.topology import Endpoint, Link
 
@@ -59,8 +60,10 @@ def _host_port(text: str, server_host: str) -> Endpoint:
     wildcard listen address is the server's own host."""
     host, _, port = text.rpartition(":")
     host = host.strip("[]")
-    if host in ("", "0.0.0.0", "::"):
-        host = server_host
+    local_server = server_host in ("localhost", "127.0.0.1", "::1")
+    if host in ("", "0.0.0.0", "::") or (
+            not local_server and host in ("localhost", "127.0.0.1", "::1")):
+        host = server_host  # its own loopback is not ours
     return Endpoint(host, int(port))
 
 
@@ -68,7 +71,10 @@ def toxiproxy_links(tp: ToxiproxyTarget) -> list[Link]:
     """The target file's Toxiproxy proxies as links, each checked on the
     server now (it must exist) and its addresses read from it."""
     control = Endpoint(tp.url.host, tp.url.port, tp.url.scheme)
-    require_ours(control, "--target toxiproxy.url")
+    try:
+        require_ours(control, "--target toxiproxy.url")
+    except FaultError as e:
+        raise ConfigError(str(e)) from None
     client = ToxiproxyClient(control, dict(tp.links))
     out = []
     for name, proxy in tp.links:
@@ -78,9 +84,13 @@ def toxiproxy_links(tp: ToxiproxyTarget) -> list[Link]:
             raise ConfigError(f"--target [toxiproxy] link {name} = {proxy!r}: {e}") from None
         src, dst = ("client", "router") if name == "client-router" else (
             "router", name.removeprefix("router-"))
-        out.append(Link(name, src, dst, _host_port(got["listen"], tp.url.host),
-                        _host_port(got["upstream"], tp.url.host), control, api="toxiproxy",
-                        proxy=proxy))
+        listen = _host_port(got["listen"], tp.url.host)
+        try:  # only the listen side is reached from here (the upstream, by Toxiproxy)
+            require_ours(listen, f"--target [toxiproxy] link {name} listen")
+        except FaultError as e:
+            raise ConfigError(str(e)) from None
+        out.append(Link(name, src, dst, listen, _host_port(got["upstream"], tp.url.host),
+                        control, api="toxiproxy", proxy=proxy))
     return out
 
 
@@ -95,10 +105,10 @@ def upstream_address(host: str) -> str:
     except ValueError:
         pass
     try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        infos = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)
     except OSError as e:
-        raise ConfigError(f"--target entrypoint host {host!r} does not resolve here ({e})") \
-            from None
+        raise ConfigError(f"--target entrypoint host {host!r} has no IPv4 address here ({e}); "
+                          "the fault proxy forwards to IPv4 or a literal address") from None
     return str(infos[0][4][0])
 
 
@@ -117,15 +127,27 @@ class ExternalCluster(ClusterBase):
         self.engine_adapter = engine_for(target.engine, spec)
         self.sequence_jump_file = None
         self.proxy: ManagedProcess | None = None
+        self._allowances: list[Allowance] = []
+        entry = target.entrypoint
+        default_port = entry.port == (443 if entry.scheme == "https" else 80)
         self.client_options = ClientOptions(
             headers=target.headers, api_key_env=target.api_key_env,
             verify=target.tls.verify, ca_file=target.tls.ca_file,
-            server_hostname=target.entrypoint.host if target.fault_proxy else None)
+            server_hostname=entry.host if target.fault_proxy else None,
+            # Through the proxy on loopback, the deployment still sees its own
+            # name (an ingress routes by it).
+            host_header=(None if not target.fault_proxy else
+                         entry.host if default_port else f"{entry.host}:{entry.port}"),
+            follow_redirects=False)
 
     # -- what can run -----------------------------------------------------
     def unsupported(self, kind: str) -> str | None:
         """Why ``kind`` cannot act on this deployment, or None."""
         return self.target.unsupported(kind)
+
+    def hooked(self, kind: str) -> list[str]:
+        """The nodes a hook of ``kind`` acts on (the factory picks among them)."""
+        return [n.name for n in self.nodes if self.target.hook(kind, n.name) is not None]
 
     def unavailable(self) -> dict[str, str]:
         return dict(UNAVAILABLE)
@@ -153,14 +175,21 @@ class ExternalCluster(ClusterBase):
             except FaultError as e:
                 raise ConfigError(str(e)) from None
         self.client_options.session_headers()  # the API key's variable is set, or say so now
-        self.router = ExternalNode("router", "router", _endpoint(t.entrypoint))
+        tls = self.client_options.ssl_context()
+        self.router = ExternalNode("router", "router", _endpoint(t.entrypoint),
+                                   health_path=t.entrypoint_health_path, ssl_context=tls)
         self.nodes = [self.router] + [
-            ExternalNode(r.name, "replica", _endpoint(r.url), r.health_path, r.metrics_path)
+            ExternalNode(r.name, "replica", _endpoint(r.url), r.health_path, r.metrics_path,
+                         ssl_context=tls)
             for r in t.replicas]
         if t.fault_proxy:
             ports = free_ports(2, self.spec.host)
             control = Endpoint(self.spec.host, ports[1])
             address = upstream_address(t.entrypoint.host)
+            if address != t.entrypoint.host:
+                # The user allowed the name; the proxy (and the link faults'
+                # checks) reach what it resolved to at start, for this run.
+                self._allowances.append(SESSION_NETWORKS.allow(address))
             self.links = [Link("client-router", "client", "router",
                                Endpoint(self.spec.host, ports[0], t.entrypoint.scheme),
                                Endpoint(address, t.entrypoint.port), control)]
@@ -182,8 +211,13 @@ class ExternalCluster(ClusterBase):
 
     def stop(self) -> None:
         """Only the fault proxy: the deployment stays as it was found."""
-        if self.proxy is not None:
-            self.proxy.stop()
+        try:
+            if self.proxy is not None:
+                self.proxy.stop()
+        finally:
+            for allowance in self._allowances:
+                allowance.undo()
+            self._allowances.clear()
 
     def describe(self) -> dict[str, Any]:
         return {

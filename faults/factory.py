@@ -14,7 +14,7 @@ import inspect
 import random
 from typing import Any
 
-from ordeal.topology import LINK_KINDS, Cluster
+from ordeal.topology import L7_LINK_KINDS, LINK_KINDS, Cluster
 
 from .base import Fault, FaultError
 from .catalogue import BACKEND_KINDS, REGISTRY
@@ -68,6 +68,8 @@ def build_faults(kind: str, target: str, cluster: Cluster, run_id: str, ledger: 
         if not links:
             raise FaultError(f"{kind} acts on the fault proxy's links, and this cluster has "
                              "none: start it with the fault proxy on")
+        if kind in L7_LINK_KINDS:  # a Toxiproxy link carries bytes only
+            links = [x for x in links if x.api == "ordeal"] or links
         names = select(target, [x.name for x in links], rng)
         objs: list[Any] = [cluster.link(n) for n in names]
     elif kind in BACKEND_KINDS:
@@ -75,6 +77,10 @@ def build_faults(kind: str, target: str, cluster: Cluster, run_id: str, ledger: 
     else:
         pool = [n.name for n in (cluster.replicas() if target in ("one", "minority", "majority",
                                                                   "all") else cluster.nodes)]
+        hooked = getattr(cluster, "hooked", None)
+        if hooked is not None and target in ("one", "minority", "majority", "all"):
+            # An external deployment: choose among the nodes a hook acts on.
+            pool = [n for n in pool if n in hooked(kind)] or pool
         objs = [cluster.node(n) for n in select(target, pool, rng)]
     hook_fault = getattr(cluster, "hook_fault", None)
     if hook_fault is not None and kind not in LINK_KINDS:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -50,10 +51,10 @@ OUTPUT_CHARS = 4000
 OBSERVED = ("process_kill", "process_pause", "network_partition")
 
 
-def health(url: str, timeout: float = 2.0) -> int | str:
+def health(url: str, timeout: float = 2.0, context: Any = None) -> int | str:
     """The status a health URL answers now, or why it did not."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as resp:
             return resp.status
     except urllib.error.HTTPError as e:
         return e.code
@@ -64,11 +65,11 @@ def health(url: str, timeout: float = 2.0) -> int | str:
         return "timeout" if isinstance(reason, TimeoutError) else f"{type(reason).__name__}"
 
 
-def process_start(metrics_url: str, timeout: float = 2.0) -> float | None:
+def process_start(metrics_url: str, timeout: float = 2.0, context: Any = None) -> float | None:
     """``process_start_time_seconds`` from a node's /metrics (vLLM exports
     it): a new value means a new process. None when not given."""
     try:
-        with urllib.request.urlopen(metrics_url, timeout=timeout) as resp:
+        with urllib.request.urlopen(metrics_url, timeout=timeout, context=context) as resp:
             for line in resp.read(4 << 20).decode("utf-8", "replace").splitlines():
                 if line.startswith("process_start_time_seconds "):
                     return float(line.split()[1])
@@ -88,26 +89,32 @@ def scrub(text: str, secret_envs: list[str]) -> str:
 def run_hook(what: str, command: str, env: dict[str, str], timeout_s: float,
              secret_envs: list[str]) -> dict[str, Any]:
     """Run one hook; what it did, for the history. ``FaultError`` when it
-    cannot start, exits non-zero or outlives ``timeout_s`` (its whole
-    session is then ended by group id)."""
+    cannot start, exits non-zero or outlives ``timeout_s``. Its output goes
+    to a file, not a pipe, so a background child it leaves (``x &``) does
+    not hold the hook open; when bash has exited, or at the timeout, what
+    is left of its session is ended by group id."""
     t0 = time.monotonic()
-    try:
-        proc = subprocess.Popen(["bash", "-c", command], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **env}, start_new_session=True)
-    except OSError as e:
-        raise FaultError(f"{what}: cannot start bash for the hook ({e})") from None
-    timed_out = False
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+    with tempfile.TemporaryFile() as out:
+        try:
+            proc = subprocess.Popen(["bash", "-c", command], stdout=out,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env={**os.environ, **env}, start_new_session=True)
+        except OSError as e:
+            raise FaultError(f"{what}: cannot start bash for the hook ({e})") from None
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # the session we started, by its id
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):
             pass
-        out, _ = proc.communicate()
-    text = scrub(out.decode("utf-8", "replace")[-OUTPUT_CHARS:], secret_envs)
+        proc.wait()
+        out.seek(0)
+        raw = out.read()
+    # Scrubbed whole, then cut: a key across the cut would leave a piece.
+    text = scrub(raw.decode("utf-8", "replace"), secret_envs)[-OUTPUT_CHARS:]
     done = {"command": command, "exit_code": proc.returncode,
             "seconds": round(time.monotonic() - t0, 2), "output": text}
     if timed_out:
@@ -161,15 +168,18 @@ class HookFault(Fault):
         env = self._env(self.entry.id)
         self.entry.inverse["env"] = env  # heal-all gives the heal hook the same
         self.ledger.record(self.entry)
-        self._served_before = health(self._health_url()) == 200
+        self._served_before = health(self._health_url(), context=self._tls()) == 200
         if self.hook.kind in OBSERVED:
-            self._start_before = process_start(self._metrics_url())
+            self._start_before = process_start(self._metrics_url(), context=self._tls())
         done = run_hook(f"{self.hook.kind} on {self.node.name}: inject hook",
                         self._command(self.hook.inject), env, self.hook.timeout_s,
                         self.secret_envs)
         self.entry.inverse["inject_hook"] = done
         self.ledger.record(self.entry)
         return {"via": "hook", "inject_hook": done}
+
+    def _tls(self) -> Any:
+        return getattr(self.node, "ssl_context", None)
 
     def _health_url(self) -> str:
         return getattr(self.node, "health_url", None) or f"{self.node.endpoint.url}/health"
@@ -180,7 +190,7 @@ class HookFault(Fault):
     def observe(self) -> Effect | None:
         if self.hook.kind not in OBSERVED:
             return None
-        status = health(self._health_url())
+        status = health(self._health_url(), context=self._tls())
         evidence: dict[str, Any] = {"health_url": self._health_url(), "health": status}
         if self.hook.kind == "process_pause":
             return Effect(status == "timeout", "the health URL answered nothing within 2 s",
@@ -188,7 +198,7 @@ class HookFault(Fault):
         if status != 200:
             return Effect(True, "the health URL did not answer 200", evidence)
         if self.hook.kind == "process_kill":
-            now = process_start(self._metrics_url())
+            now = process_start(self._metrics_url(), context=self._tls())
             evidence.update(process_start_before=self._start_before, process_start_now=now)
             if self._start_before is not None and now is not None:
                 return Effect(now != self._start_before,
@@ -225,7 +235,7 @@ class HookFault(Fault):
         deadline = time.monotonic() + self.ready_timeout_s
         status: int | str = "not asked"
         while time.monotonic() < deadline:
-            status = health(self._health_url())
+            status = health(self._health_url(), context=self._tls())
             if status == 200:
                 out: dict[str, Any] = {"serves_again_after_s": round(time.monotonic() - t0, 2)}
                 if self.hook.kind == "process_kill":

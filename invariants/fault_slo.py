@@ -73,6 +73,7 @@ class _Row:
 
 class FaultSLO(StreamingChecker):
     name = "fault_slo"
+    needs = ("node_attribution",)  # a window is judged on the requests its victim got
     pure_result = True
 
     def start(self, ctx: RunContext) -> None:

@@ -58,14 +58,16 @@ def sample_node(node: Any, timeout: float = 2.0,
     metrics_url = getattr(node, "metrics_url", None) or f"{url}/metrics"
     value: dict[str, Any] = {"node": node.name, "pid": getattr(node, "pid", None)}
     try:
-        status, _ = http_get(health_url, timeout=timeout)
+        status, _ = http_get(health_url, timeout=timeout,
+                             context=getattr(node, "ssl_context", None))
         value["health"] = status
     except OSError as e:
         value["health"] = None
         value["error"] = f"/health: {type(e).__name__}: {e}"
         return value
     try:
-        with urllib.request.urlopen(metrics_url, timeout=timeout) as resp:
+        with urllib.request.urlopen(metrics_url, timeout=timeout,
+                                    context=getattr(node, "ssl_context", None)) as resp:
             text = read_within(resp, 8 << 20, 2 * timeout).decode("utf-8", "replace")
             keep = getattr(node, "metrics_keep", None)  # an engine's own sample names
             value["metrics"] = parse_metrics(text, keep) if keep else parse_metrics(text)

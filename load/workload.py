@@ -842,9 +842,16 @@ class ClientOptions:
     verify: bool = True
     ca_file: str | None = None
     server_hostname: str | None = None
+    host_header: str | None = None  # the deployment's own name, through the proxy
+    follow_redirects: bool = True  # False: a redirect to an unchecked host is not followed
+
+    def api_key(self) -> str | None:
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
 
     def session_headers(self) -> dict[str, str]:
         out = dict(self.headers)
+        if self.host_header:
+            out["Host"] = self.host_header
         if self.api_key_env:
             key = os.environ.get(self.api_key_env)
             if not key:
@@ -853,6 +860,15 @@ class ClientOptions:
                                   "before the run")
             out["Authorization"] = f"Bearer {key}"
         return out
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The same for urllib (health, metrics): None is the system's CAs."""
+        if not self.verify:
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            return ctx
+        return ssl.create_default_context(cafile=self.ca_file) if self.ca_file else None
 
     def ssl(self) -> Any:
         """What aiohttp's ``ssl=`` takes: False (no verification), a context
@@ -864,6 +880,17 @@ class ClientOptions:
         return True
 
 
+def scrubbed(outcome: Outcome, secret: str) -> Outcome:
+    """``outcome`` with ``secret`` replaced wherever it appears (the error,
+    any string value): never in the history, whatever the server echoed."""
+    text = json.dumps(outcome.value, default=str)
+    if secret not in (outcome.error or "") and secret not in text:
+        return outcome
+    value = json.loads(text.replace(secret, "<redacted>"))
+    error = outcome.error.replace(secret, "<redacted>") if outcome.error else outcome.error
+    return Outcome(outcome.type, value, error)
+
+
 class OpenAIClient:
     """The OpenAI API (vLLM, or any engine that speaks it) over one pooled
     aiohttp session: the default EngineClient."""
@@ -873,6 +900,11 @@ class OpenAIClient:
         self.base_url = base_url.rstrip("/")
         options = options or ClientOptions()
         self.post_kwargs: dict[str, Any] = {}
+        if not options.follow_redirects:
+            self.post_kwargs["allow_redirects"] = False
+        # Held in memory only, to scrub from what the server says back (an
+        # error page that echoes the request) before the history has it.
+        self.secret = options.api_key()
         if self.base_url.startswith("https:"):
             self.post_kwargs["ssl"] = options.ssl()
             if options.server_hostname:
@@ -882,9 +914,12 @@ class OpenAIClient:
             connector=aiohttp.TCPConnector(limit=spec.max_in_flight, force_close=False))
 
     def prepare(self, req: PlannedRequest, request_id: str) -> Prepared:
-        return Prepared(req.endpoint, {}, lambda: send_request(
-            self.session, self.base_url, req, self.spec.model, self.spec.timeout_s,
-            self.spec.return_token_ids, request_id, self.post_kwargs))
+        async def call() -> Outcome:
+            out = await send_request(self.session, self.base_url, req, self.spec.model,
+                                     self.spec.timeout_s, self.spec.return_token_ids,
+                                     request_id, self.post_kwargs)
+            return scrubbed(out, self.secret) if self.secret else out
+        return Prepared(req.endpoint, {}, call)
 
     async def close(self) -> None:
         await self.session.close()

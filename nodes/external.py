@@ -17,6 +17,7 @@ import json
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 from nodes.waits import http_get
 from ordeal.topology import Endpoint, NodeNotReady, Role
@@ -33,8 +34,12 @@ class ExternalNode:
     container_id = None
 
     def __init__(self, name: str, role: Role, endpoint: Endpoint,
-                 health_path: str = "/health", metrics_path: str = "/metrics"):
+                 health_path: str = "/health", metrics_path: str = "/metrics",
+                 ssl_context: Any = None):
         self.name = name
+        # The target file's [tls] for https nodes (its CA, or no verification);
+        # every health, metrics and version call of Ordeal's uses it.
+        self.ssl_context = ssl_context
         self.role = role
         self.endpoint = endpoint
         self.health_url = endpoint.url + health_path
@@ -74,7 +79,7 @@ class ExternalNode:
     def health(self, timeout: float = 2.0) -> int | None:
         """The health URL's status now; None when it does not answer."""
         try:
-            status, _ = http_get(self.health_url, timeout=timeout)
+            status, _ = http_get(self.health_url, timeout=timeout, context=self.ssl_context)
             return status
         except OSError:
             return None
@@ -96,7 +101,8 @@ class ExternalNode:
         "external" when the node does not say (a gateway, a router)."""
         if self._fingerprint is None:
             try:
-                status, body = http_get(self.endpoint.url + "/version", timeout=2.0)
+                status, body = http_get(self.endpoint.url + "/version", timeout=2.0,
+                                        context=self.ssl_context)
                 version = json.loads(body).get("version") if status == 200 else None
             except (OSError, ValueError, AttributeError):
                 version = None

@@ -20,6 +20,7 @@ Reference (README "Test a running deployment")::
     engine = "vllm"                       # the replicas' engine (only vllm for now)
     model = "my-model"                    # the served model name clients send
     entrypoint = "http://10.0.0.10:8000"  # router or gateway (scheme, host, port)
+    entrypoint_health_path = "/health"    # what says the entrypoint serves
     api_key_env = "ORDEAL_TARGET_API_KEY" # bearer token's variable (optional)
     headers = { "x-tenant" = "qa" }       # extra request headers (optional)
     fault_proxy = true                    # Ordeal's proxy in front of the entrypoint
@@ -61,8 +62,8 @@ HOOK_KINDS = ("process_kill", "process_pause", "network_partition", "clock_drift
               "gpu_throttle", "gpu_memory_pressure", "packet_loss")
 ENGINES = ("vllm",)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-_TOP = {"name", "engine", "model", "entrypoint", "api_key_env", "headers", "fault_proxy",
-        "ready_timeout_s", "tls", "replica", "hook", "toxiproxy"}
+_TOP = {"name", "engine", "model", "entrypoint", "entrypoint_health_path", "api_key_env",
+        "headers", "fault_proxy", "ready_timeout_s", "tls", "replica", "hook", "toxiproxy"}
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,7 @@ class TargetSpec:
     replicas: tuple[ReplicaTarget, ...] = ()
     hooks: tuple[Hook, ...] = ()
     toxiproxy: ToxiproxyTarget | None = None
+    entrypoint_health_path: str = "/health"
 
     def hook(self, kind: str, node: str) -> Hook | None:
         """The hook for ``kind`` on ``node``: the node's own, else the
@@ -154,6 +156,10 @@ class TargetSpec:
         kind a hook. Said at start, in ``python -m faults catalogue --target``
         and by the fault factory."""
         if kind in LINK_KINDS:
+            if (kind not in L4_LINK_KINDS and self.fault_proxy
+                    and self.entrypoint.scheme == "https"):
+                return ("acts on HTTP and SSE (L7), and the entrypoint speaks TLS: the fault "
+                        "proxy sees only encrypted bytes there")
             if self.fault_proxy or (kind in L4_LINK_KINDS and self.toxiproxy is not None):
                 return None
             if self.toxiproxy is not None:
@@ -182,6 +188,7 @@ class TargetSpec:
         hidden)."""
         return {"file": str(self.path), "name": self.name, "engine": self.engine,
                 "model": self.model, "entrypoint": self.entrypoint.url,
+                "entrypoint_health_path": self.entrypoint_health_path,
                 "api_key_env": self.api_key_env, "headers": redact_env(self.headers),
                 "fault_proxy": self.fault_proxy, "ready_timeout_s": self.ready_timeout_s,
                 "tls": {"verify": self.tls.verify, "ca_file": self.tls.ca_file},
@@ -317,12 +324,16 @@ def read_target_file(path: str | Path) -> TargetSpec:
     if len(set(seen)) != len(seen):
         raise _fail(p, "[[hook]]", "two hooks for the same kind and node; keep one")
     toxiproxy = _toxiproxy(p, data.get("toxiproxy"), names, fault_proxy)
+    entry_health = _str(p, "entrypoint_health_path", data.get("entrypoint_health_path"),
+                        "/health")
+    if not entry_health.startswith("/"):
+        raise _fail(p, "entrypoint_health_path", f"{entry_health!r}: a path begins with /")
     return TargetSpec(p.resolve(), _str(p, "name", data.get("name"), p.stem),
                       engine, _str(p, "model", data["model"]),
                       parse_url(p, "entrypoint", data["entrypoint"]), api_key_env,
                       tuple(headers.items()), fault_proxy, float(ready),
                       TLS(tls_t.get("verify", True), ca), tuple(replicas), tuple(hooks),
-                      toxiproxy)
+                      toxiproxy, entry_health)
 
 
 def _toxiproxy(p: Path, table: Any, replicas: list[str],

@@ -22,13 +22,21 @@ pytestmark = [pytest.mark.smoke, pytest.mark.cluster]
 
 
 def test_kill_and_restart_one_replica_under_load(ordeal_run, ordeal_config, ordeal_cluster):
-    victim = ordeal_cluster.replicas()[-1]
+    hook_fault = getattr(ordeal_cluster, "hook_fault", None)
+    external = hook_fault is not None
+    if external:  # a deployment Ordeal did not start: its hooks must be able to kill
+        hooked = ordeal_cluster.hooked("process_kill")
+        why = ordeal_cluster.unsupported("process_kill") or (
+            None if any(r.name in hooked for r in ordeal_cluster.replicas()) else
+            "has no [[replica]] with a hook to act on")
+        if why:
+            pytest.skip(f"--cluster external: process_kill {why}")
+    victim = [r for r in ordeal_cluster.replicas()
+              if not external or r.name in ordeal_cluster.hooked("process_kill")][-1]
     spec = WorkloadSpec(duration_s=ordeal_config.load_duration_s, rate=ordeal_config.load_rate,
                         seed=ordeal_config.seed)
     # An external deployment's replica is killed and restarted by the target
     # file's hooks (faults/hook.py); Ordeal's own, by signal and restart.
-    hook_fault = getattr(ordeal_cluster, "hook_fault", None)
-    external = hook_fault is not None
     kill = (hook_fault("process_kill", victim, ordeal_run.run_id, Ledger(), {}) if external
             else ProcessKill(victim, ordeal_run.run_id, Ledger(), restart=True,
                              ready_timeout_s=ordeal_config.cluster.ready_timeout_s))

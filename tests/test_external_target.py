@@ -38,6 +38,7 @@ from faults.hook import HookFault
 from faults.ledger import Ledger
 from faults.network_latency import NetworkLatency
 from faults.proxy.launch import ProxyProcess
+from load.workload import Outcome, scrubbed
 from nodes.external import ExternalNode
 from nodes.ports import free_ports
 from nodes.waits import http_get
@@ -408,3 +409,34 @@ def test_the_catalogue_says_how_each_kind_acts_on_a_target(tmp_path):
                           str(tmp_path / "missing.toml")],
                          cwd=REPO, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "no such file" in bad.stderr
+
+
+def test_a_hook_that_leaves_a_child_returns_when_bash_does(tmp_path):
+    child = tmp_path / "child.pid"
+    hook = Hook("process_pause", "*", f"sleep 300 & echo $! > {child}; echo started", "true",
+                30.0)
+    fault = HookFault(idle_node(), "run-x", Ledger(tmp_path / "ledger"), hook)
+    done = fault.inject()  # with a pipe, the sleep would hold it open until the timeout
+    assert done["inject_hook"]["exit_code"] == 0 and "started" in done["inject_hook"]["output"]
+    assert done["inject_hook"]["seconds"] < 30
+    pid = int(child.read_text())
+    state = (Path(f"/proc/{pid}/stat").read_text().split()[2]
+             if Path(f"/proc/{pid}").exists() else "gone")
+    assert state in ("gone", "Z"), state  # what was left of the hook's session was ended
+    fault.heal()
+
+
+def test_the_api_key_is_scrubbed_from_what_the_server_says_back():
+    out = scrubbed(Outcome("fail", {"status": 401, "body": f"bad key {SECRET}"},
+                           f"HTTP 401: bad key {SECRET}"), SECRET)
+    assert SECRET not in json.dumps(out.value) and SECRET not in out.error
+    assert "<redacted>" in out.error and out.value["status"] == 401
+
+
+def test_l7_kinds_are_refused_on_a_tls_entrypoint(tmp_path):
+    path = tmp_path / "target.toml"
+    path.write_text('entrypoint = "https://127.0.0.1:8443"\nmodel = "m"\n')
+    target = read_target_file(path)
+    assert "encrypted bytes" in target.unsupported("http_fault")
+    assert "encrypted bytes" in target.unsupported("lsn_jump")
+    assert target.unsupported("network_latency") is None  # L4 acts on any bytes
