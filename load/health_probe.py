@@ -42,14 +42,19 @@ class Check:
 
 
 async def http_check(session: aiohttp.ClientSession, node: str, what: str, url: str,
-                     deadline_s: float, want_model: str | None = None) -> Check:
+                     deadline_s: float, want_model: str | None = None, ssl: Any = True,
+                     headers: dict[str, str] | None = None) -> Check:
+    """One check. ``ssl`` and ``headers``: an external deployment's [tls]
+    context, and its API key and headers (for /v1/models only). A redirect
+    is an answer (not followed: it may lead off the allowed hosts)."""
     t0 = time.monotonic()
 
     def ms() -> float:
         return round((time.monotonic() - t0) * 1000, 1)
     try:
         async with asyncio.timeout(deadline_s):
-            async with session.get(url) as resp:
+            async with session.get(url, ssl=ssl, headers=headers,
+                                   allow_redirects=False) as resp:
                 body = await resp.read()
                 if resp.status != 200:
                     return Check(node, what, "down", ms(), f"HTTP {resp.status}")
@@ -113,7 +118,13 @@ class HealthProbe:
 
     async def probe_once(self, session: aiohttp.ClientSession) -> dict[str, Any]:
         t0 = time.monotonic()
-        checks = [http_check(session, n, w, u, self.deadline_s, m)
+        nodes = {n.name: n for n in self.cluster.nodes}
+        options = getattr(self.cluster, "client_options", None)
+        model_headers = ({k: v for k, v in options.session_headers().items() if k != "Host"}
+                         if options is not None else None)
+        checks = [http_check(session, n, w, u, self.deadline_s, m,
+                             ssl=getattr(nodes.get(n), "ssl_context", None) or True,
+                             headers=model_headers if w == "model" else None)
                   for n, w, u, m in self.targets()]
         results: list[Check] = list(await asyncio.gather(*checks))
         results += await gpu_check(self.gpu, self.deadline_s)
