@@ -54,3 +54,22 @@ class GpuMemoryPressure(CotenantFault):
                 "machine; ask for fewer MB")
         argv = helper_argv("memory", "--mb", str(self.mb))
         return argv, "memory-hog", {"mb": self.mb, "mem_available_before": available}
+
+    # -- the heal gives the memory back: measured, not assumed ---------------------
+    def _aftermath(self) -> dict[str, Any]:
+        """Just before the hog ends: the machine's MemAvailable, so that
+        ``_recover`` can say how much came back."""
+        self._available_before_heal = mem_available_bytes()
+        return {}
+
+    def _recover(self) -> dict[str, Any]:
+        """For the host memory hog: how much MemAvailable grew across the
+        heal (``memory_back_mb``), against the ``mb`` it held. Other
+        processes move it too, so a suite compares it with a margin."""
+        if self._plan is None or self._plan[1] != "memory-hog":
+            return {}
+        before = getattr(self, "_available_before_heal", None)
+        if before is None:
+            return {}
+        return {"memory_back_mb": (mem_available_bytes() - before) >> 20,
+                "memory_held_mb": self.mb}

@@ -8,7 +8,10 @@ group id to a pid file, as a supervisor would. The target file's hooks kill
 (``kill -KILL`` the group), restart (run the start script again), pause
 (``kill -STOP``) and resume (``kill -CONT``) them. The smoke suites then run
 against it in a pytest of their own, as a user would run them, with an API
-key in the environment that no file of the run may contain.
+key in the environment that no file of the run may contain. Their load is
+light (3 requests/s, 20 s before the kill smoke's restart): the two replicas
+share two cores with the session's cluster, and a restart's time is judged
+(restart_readiness) as it is.
 
 The hook failures (non-zero exit, a hang past the timeout, garbage output)
 and heal-all after a SIGKILLed harness are tested on hooks that touch only
@@ -176,7 +179,8 @@ def test_the_smoke_suites_run_on_a_deployment_ordeal_did_not_start(plain_stack, 
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "suites/test_smoke.py", "suites/test_nemesis.py",
          "-m", "smoke", "--cluster", "external", "--target", str(target),
-         "--runs-dir", str(runs), "-p", "no:cacheprovider", "-q", "-rs"],
+         "--load-rate", "3", "--load-duration", "20s", "--runs-dir", str(runs),
+         "-p", "no:cacheprovider", "-q", "-rs"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=840)
     ordeal_say("external smoke: " + proc.stdout.strip().splitlines()[-1])
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]

@@ -7,12 +7,15 @@ Through vllm-router 0.1.17 chunks carry no running token count (it drops
 that no longer add up to the usage the server reported. On Triton a step of
 a correlated sequence repeats on the way to the server, which must reject
 it (``sequence_consistent`` counts it as a detected jump). The engine's
-adapter says which evidence counts (``lsn_jump_evidence``)."""
+adapter says which evidence counts (``lsn_jump_evidence``). Every catch the
+checkers list (up to five each) was sent before the heal ended."""
 
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
+from ordeal.history.reader import read_history
 from runs.single_fault import run_single_fault
 
 pytestmark = [pytest.mark.faults, pytest.mark.cluster]
@@ -20,6 +23,19 @@ pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 
 def when(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def invoke_walls(history: Path, indexes: set[int]) -> dict[int, str]:
+    """For each completion op index: the wall time its request was sent
+    (the invoke of the same process just before it), from the history."""
+    last: dict[object, str] = {}
+    out: dict[int, str] = {}
+    for op in read_history(history):
+        if op.type == "invoke":
+            last[op.process] = op.wall
+        elif op.index in indexes:
+            out[op.index] = last[op.process]
+    return out
 
 
 def test_duplicated_stream_events_are_caught_and_stop_after_heal(ordeal_run):
@@ -30,9 +46,14 @@ def test_duplicated_stream_events_are_caught_and_stop_after_heal(ordeal_run):
     assert r.window.get("injected") and r.window.get("healed"), r.window
     caught = ordeal_run.engine.lsn_jump_evidence(r.summary["invariants"])
     assert caught, r.summary["invariants"]
-    # Every catch is a request that met the fault: it ended after the
-    # inject and at most one request timeout after the heal.
+    # Every catch is a request that met the fault: sent before the heal
+    # ended and answered after the inject. A request sent after the heal
+    # (the after-heal window) is never caught: the jump stopped with it.
     start, end = when(r.window["injected"]), when(r.window["healed"])
-    for c in caught:
-        assert start - 1 <= when(c["wall"]) <= end + 20, (c, r.window)
+    placed = [c for c in caught if isinstance(c.get("index"), int)]
+    assert placed, caught  # the catches name their ops in the history
+    sent = invoke_walls(ordeal_run.run_dir.history_path, {c["index"] for c in placed})
+    for c in placed:
+        assert when(c["wall"]) >= start - 1, (c, r.window)
+        assert when(sent[c["index"]]) <= end, (c, sent[c["index"]], r.window)
     assert after.requests >= 10 and after.ok_share == 1.0, r.brief()
