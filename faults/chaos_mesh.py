@@ -118,7 +118,7 @@ from typing import Any
 from ordeal.config import ConfigError
 
 from .http_fault import MODES as HTTP_MODES
-from .schedule import Step
+from .schedule import Step, StepsError, steps_from_json
 
 API_VERSION = "chaos-mesh.org/v1alpha1"
 #: The Chaos Mesh release whose CRDs the output is checked against.
@@ -303,22 +303,10 @@ def read_schedule_file(path: Path) -> list[Step]:
     if not isinstance(raw, list):
         raise ExportError(f"{path}: field 'steps' is {'missing' if raw is None else repr(raw)}; "
                           "expected a list of steps (at_s, action, kind, target, key, params)")
-    steps = []
-    for i, s in enumerate(raw):
-        where = f"{path}: steps[{i}]"
-        if not isinstance(s, dict):
-            raise ExportError(f"{where}: expected an object, got {s!r}")
-        at = _field(s, "at_s", (int, float), where)
-        action = _field(s, "action", str, where)
-        if action not in ("inject", "heal") or at < 0:
-            raise ExportError(f"{where}: action {action!r} at {at} s; expected 'inject' or "
-                              "'heal' at a time >= 0")
-        params = s.get("params", {})
-        if not isinstance(params, dict):
-            raise ExportError(f"{where}: field 'params' is {params!r}; expected an object")
-        steps.append(Step(float(at), action, _field(s, "kind", str, where),
-                          _field(s, "target", str, where), _field(s, "key", int, where),
-                          dict(params)))
+    try:
+        steps = steps_from_json(raw, f"{path}: ", params_required=False)
+    except StepsError as e:
+        raise ExportError(str(e)) from None
     if not steps:
         raise ExportError(f"{path}: the schedule has no steps; nothing to export")
     try:
@@ -326,16 +314,6 @@ def read_schedule_file(path: Path) -> list[Step]:
     except ExportError as e:
         raise ExportError(f"{path}: {e}") from None
     return steps
-
-
-def _field(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if key not in doc:
-        raise ExportError(f"{where}: missing field {key!r}")
-    v = doc[key]
-    if not isinstance(v, kind) or isinstance(v, bool):
-        name = "number" if kind == (int, float) else getattr(kind, "__name__", str(kind))
-        raise ExportError(f"{where}: field {key!r} is {v!r}; expected a {name}")
-    return v
 
 
 def constructor_defaults(registry: Mapping[str, type]) -> dict[str, dict[str, Any]]:

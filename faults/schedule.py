@@ -96,3 +96,43 @@ def is_healed_at_end(steps: Sequence[Step]) -> bool:
             if s.key not in open_keys or open_keys.pop(s.key) > s.at_s:
                 return False
     return not open_keys
+
+
+class StepsError(ConfigError):
+    """A schedule file's steps that cannot be read; the message names the
+    step and the field (the caller adds the file)."""
+
+
+def need_field(doc: dict[str, Any], key: str, kind: type | tuple[type, ...],
+               where: str) -> Any:
+    """``doc[key]`` if it is there and of ``kind`` (a bool is no number);
+    ``StepsError`` naming ``where`` and the field otherwise."""
+    if key not in doc:
+        raise StepsError(f"{where}: missing field {key!r}")
+    v = doc[key]
+    if not isinstance(v, kind) or isinstance(v, bool) and kind is not bool:
+        name = "number" if kind == (int, float) else getattr(kind, "__name__", str(kind))
+        raise StepsError(f"{where}: field {key!r} is {v!r}; expected {name}")
+    return v
+
+
+def steps_from_json(raw: list[Any], where: str, params_required: bool = True) -> list[Step]:
+    """The steps of a schedule file (``Step.to_dict`` each), every field
+    checked: the one reader of them (runs.explore's replay, faults.chaos_mesh's
+    export). Pairing inject with heal is the caller's."""
+    steps = []
+    for i, s in enumerate(raw):
+        at_where = f"{where}steps[{i}]"
+        if not isinstance(s, dict):
+            raise StepsError(f"{at_where}: expected an object, got {s!r}")
+        at = need_field(s, "at_s", (int, float), at_where)
+        action = need_field(s, "action", str, at_where)
+        if action not in ("inject", "heal") or at < 0:
+            raise StepsError(f"{at_where}: action {action!r} at {at} s; expected 'inject' or "
+                             "'heal' at a time >= 0")
+        params = (need_field(s, "params", dict, at_where) if params_required or "params" in s
+                  else {})
+        steps.append(Step(float(at), action, need_field(s, "kind", str, at_where),
+                          need_field(s, "target", str, at_where),
+                          need_field(s, "key", int, at_where), dict(params)))
+    return steps

@@ -35,7 +35,7 @@ from faults.base import Fault
 from faults.factory import build_faults
 from faults.heal_all import heal_entry
 from faults.ledger import Ledger
-from faults.schedule import Step
+from faults.schedule import Step, StepsError, need_field, steps_from_json
 from invariants import (
     CheckerSettings,
     HealthTruthful,
@@ -111,12 +111,10 @@ def save_schedule(path: Path, saved: SavedSchedule) -> Path:
 
 
 def _need(doc: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if key not in doc:
-        raise ScheduleFileError(f"{where}: missing field {key!r}")
-    if not isinstance(doc[key], kind) or isinstance(doc[key], bool) and kind is not bool:
-        raise ScheduleFileError(f"{where}: field {key!r} is {doc[key]!r}; expected "
-                                f"{getattr(kind, '__name__', kind)}")
-    return doc[key]
+    try:
+        return need_field(doc, key, kind, where)
+    except StepsError as e:
+        raise ScheduleFileError(str(e)) from None
 
 
 def load_schedule(path: Path) -> SavedSchedule:
@@ -136,24 +134,17 @@ def load_schedule(path: Path) -> SavedSchedule:
     if doc.get("version") != FORMAT_VERSION:
         raise ScheduleFileError(f"{path}: version {doc.get('version')!r}; this Ordeal reads "
                                 f"version {FORMAT_VERSION}")
-    steps = []
+    try:
+        steps = steps_from_json(_need(doc, "steps", list, str(path)), f"{path}: ")
+    except StepsError as e:
+        raise ScheduleFileError(str(e)) from None
     open_keys: dict[int, float] = {}
-    for i, s in enumerate(_need(doc, "steps", list, str(path))):
-        where = f"{path}: steps[{i}]"
-        if not isinstance(s, dict):
-            raise ScheduleFileError(f"{where}: expected an object, got {s!r}")
-        at = _need(s, "at_s", (int, float), where)
-        action = _need(s, "action", str, where)
-        if action not in ("inject", "heal") or at < 0:
-            raise ScheduleFileError(f"{where}: action {action!r} at {at} s; expected "
-                                    "'inject' or 'heal' at a time >= 0")
-        step = Step(float(at), action, _need(s, "kind", str, where), _need(s, "target", str, where),
-                    _need(s, "key", int, where), dict(_need(s, "params", dict, where)))
-        if action == "inject":
+    for i, step in enumerate(steps):
+        if step.action == "inject":
             open_keys[step.key] = step.at_s
         elif open_keys.pop(step.key, None) is None:
-            raise ScheduleFileError(f"{where}: heal of key {step.key} without an earlier inject")
-        steps.append(step)
+            raise ScheduleFileError(f"{path}: steps[{i}]: heal of key {step.key} without an "
+                                    "earlier inject")
     if open_keys:
         raise ScheduleFileError(f"{path}: inject(s) of key(s) {sorted(open_keys)} never healed; "
                                 "a schedule must end healed")
