@@ -271,6 +271,15 @@ def load_state(run_dir: Path) -> EnduranceState:
                           "suites/test_endurance.py and must not be edited") from None
 
 
+def os_threads() -> int:
+    """The harness's threads as the kernel counts them (Python's own and
+    those of native libraries), from /proc/self/status."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    return 0
+
+
 def epoch_of(wall: str) -> float:
     return datetime.fromisoformat(wall.replace("Z", "+00:00")).timestamp()
 
@@ -326,6 +335,9 @@ class Judge:
         self.breach_since_ns: int | None = None
         self.stop_reason: str | None = None
         self.rss: list[tuple[float, float]] = []  # (seconds into this segment, MB)
+        # (wall time, RSS MB, open fds, threads) of the harness, for the drift
+        # figures (wall time, so a resumed run's segments line up)
+        self.harness: list[tuple[float, float, int, int]] = []
         self.heap: dict[str, Any] = {}  # the latest sample_rss's figures
         self.t0 = time.monotonic()
         # ORDEAL_TRACEMALLOC=1: interim.json also lists the lines holding the
@@ -465,6 +477,9 @@ class Judge:
         after = parts.get("VmRSS", 0.0)
         if len(self.rss) < 2000:
             self.rss.append((t, round(after, 2)))
+        if len(self.harness) < 20000:
+            self.harness.append((round(time.time(), 1), round(after, 2),
+                                 len(os.listdir("/proc/self/fd")), os_threads()))
         self.heap = {"at_s": t, "rss_before_trim_mb": round(before, 2),
                      "rss_mb": round(after, 2),
                      "rss_anon_mb": round(parts.get("RssAnon", 0.0), 2),
@@ -506,6 +521,7 @@ class Judge:
         return {"plan": self.plan.to_dict(), "segments": state.segments, "gaps": self.gaps,
                 "kinds_exercised": dict(self.exercised), "kinds_missing": missing,
                 "stopped": self.stop_reason, "harness_rss_mb": self.rss,
+                "harness_samples": self.harness,
                 "faults_total": len(self.faults.windows)}
 
     def fault_windows(self) -> list[dict[str, Any]]:
