@@ -2,6 +2,7 @@
 
 from .base import Checker, Result, RunContext, merge_valid, run_checker
 from .determinism import CanaryDeterminism
+from .drift import Drift
 from .duplicates import NoDuplicateExecution
 from .failover import Failover
 from .fault_effective import FaultEffective
@@ -28,5 +29,5 @@ __all__ = ["Checker", "Result", "RunContext", "merge_valid", "run_checker", "Che
            "StreamContinuity",
            "LatencySLO", "Goodput", "ErrorRate", "Availability", "Recovery",
            "RestartReadiness", "Failover", "FaultSLO", "FaultEffective", "NoOrphans",
-           "HealthTruthful", "CountersMonotonic", "LeakBound",
+           "HealthTruthful", "CountersMonotonic", "LeakBound", "Drift",
            "DEFAULT_CHECKERS", "PLANTED", "ExcludingPlanted", "PlantedDetected", "with_planted"]

@@ -151,6 +151,25 @@ class CheckerSettings:
     #: "steady" (invariants.requests): a fresh engine is slower at first, and the
     #: steady baseline that faults are compared with must not hold that.
     warmup_s: float = 0.0
+    #: drift (invariants.drift, endurance runs): the growth per hour of wall
+    #: time a series may show (its slope's lower 95% bound must stay below).
+    #: A replica growing 30 MB an hour is a finding; 10 MB is 720 MB in 72 h.
+    drift_rss_mb_per_h: float = 10.0
+    drift_fds_per_h: float = 2.0  # 144 more descriptors in 72 h
+    drift_threads_per_h: float = 1.0
+    drift_kv_cache_idle_per_h: float = 0.005  # share of the KV cache held while idle
+    drift_recovery_s_per_h: float = 2.0  # a fault kind's recovery time
+    #: Seconds after each (re)start of a node left out of its series (warm-up).
+    drift_settle_s: float = 600.0
+    #: A series covering less than this many hours is shown, not judged.
+    drift_min_span_h: float = 1.0
+
+    def drift_bounds(self) -> dict[str, float]:
+        """Series name (invariants.drift) -> its bound per hour."""
+        return {"rss_mb": self.drift_rss_mb_per_h, "fds": self.drift_fds_per_h,
+                "threads": self.drift_threads_per_h,
+                "kv_cache_idle": self.drift_kv_cache_idle_per_h,
+                "recovery_s": self.drift_recovery_s_per_h}
 
     def overrides(self) -> dict[str, Any]:
         """The settings that differ from the defaults, as plain JSON values

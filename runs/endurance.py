@@ -26,7 +26,7 @@ import time
 import tracemalloc
 from collections import Counter, deque
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -36,6 +36,8 @@ from faults.schedule import FaultChoice, Step, plan_schedule
 from faults.targets import select
 from invariants import DEFAULT_CHECKERS, RunContext, with_planted
 from invariants.base import Result, not_judgeable
+from invariants.drift import Drift, Series
+from invariants.settings import CheckerSettings
 from load import heap
 from load.router_watch import RouterGone
 from load.workload import WorkloadSpec
@@ -611,6 +613,39 @@ def resume_history(run_dir: Any, say: Callable[[str], None]) -> tuple[History, f
         f"{gap.value['down_s']}s; continuing at {fmt_s(position)} of {fmt_s(state.plan.run_s)}")
     return history, position, gap.index
 
+def drift_judged(plan: EndurancePlan, settings: CheckerSettings) -> str | None:
+    """None when the run is long enough for ``invariants.drift`` to judge a
+    series (``drift_settle_s`` plus ``drift_min_span_h`` of wall time), else
+    why it is left out: a short run would make every drift verdict unknown."""
+    need_s = settings.drift_settle_s + settings.drift_min_span_h * 3600
+    if plan.run_s >= need_s:
+        return None
+    return (f"not judged: the run lasts {fmt_s(plan.run_s)} of wall time; drift needs "
+            f"{fmt_s(need_s)} (drift_settle_s + drift_min_span_h)")
+
+
+def harness_drift(samples: Sequence[tuple[float, float, int, int]],
+                  settings: CheckerSettings) -> dict[str, Any]:
+    """The harness's own RSS, descriptors and threads as drift figures (the
+    same fit as a node's; shown, not judged: the harness is not the system
+    under test, and its growth would say the harness leaks)."""
+    if not samples:
+        return {}
+    bounds = settings.drift_bounds()
+    t0 = samples[0][0]
+    out: dict[str, Any] = {"t0_wall": datetime.fromtimestamp(t0, timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%S.%fZ")}
+    for i, (what, unit) in enumerate((("rss_mb", "MB"), ("fds", "count"),
+                                      ("threads", "count")), start=1):
+        s = Series(unit, bounds.get(what), bucket_s=1.0)
+        for sample in samples:
+            s.add_point(sample[0] - t0, float(sample[i]))
+        fit = s.fit()
+        fit["chart"] = [[round(t, 4), y] for t, y in s.points]
+        out[what] = fit
+    return out
+
+
 def run_endurance(run: Any, state: EnduranceState, say: Callable[[str], None],
                   position_s: float = 0.0, first_index: int = 0,
                   checkers: Callable[[], list[Any]] | None = None) -> Judge:
@@ -619,9 +654,15 @@ def run_endurance(run: Any, state: EnduranceState, say: Callable[[str], None],
     ``checkers`` makes a fresh checker list (the default: every checker of the
     run's engine, with planted corruption judged as detection)."""
     engine = getattr(run, "engine", None)  # the cluster's engine: its own checkers
-    make = checkers or (lambda: with_planted(engine.checkers() if engine is not None
-                                             else [c() for c in DEFAULT_CHECKERS]))
     plan = state.plan
+    drift_note = drift_judged(plan, run.checker_settings)
+
+    def default_checkers() -> list[Any]:
+        out = with_planted(engine.checkers() if engine is not None
+                           else [c() for c in DEFAULT_CHECKERS])
+        return out + [Drift()] if drift_note is None else out
+
+    make = checkers or default_checkers
     steps = remaining_steps(state.steps, position_s)
     segment = len(state.segments)
     record_segment(state, run.run_dir.path, position_s, first_index, run.history.now_ns())
@@ -661,7 +702,10 @@ def run_endurance(run: Any, state: EnduranceState, say: Callable[[str], None],
         judge.stop_reason = str(gone)
     if judge.stop_reason and judge.stop_reason not in run.errors:
         run.errors.append(judge.stop_reason)
-    run.summary_extra.update({"endurance": judge.section(state),
+    section = judge.section(state)
+    section["drift"] = drift_note or "judged: the drift invariant"
+    section["harness_drift"] = harness_drift(judge.harness, run.checker_settings)
+    run.summary_extra.update({"endurance": section,
                               "faults": judge.fault_windows()})
     run.check(checkers=make())
     if gone is not None:
