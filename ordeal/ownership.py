@@ -193,6 +193,22 @@ def left_claims(directory: Path) -> list[tuple[Path, Path]]:
     return sorted(out, key=lambda c: c[1].name)
 
 
+def held_claims(directory: Path, me: Claimer) -> list[tuple[Path, Path]]:
+    """Claims in ``directory`` that another running cleaner holds, as
+    (claim, original): what it is ending now, for ``me`` to wait for."""
+    try:
+        names = sorted(os.listdir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for name in names:
+        parsed = parse_claim(directory / name)
+        if (parsed is not None and running(parsed[1])
+                and directory / name != me.name_for(parsed[0])):
+            out.append((directory / name, parsed[0]))
+    return out
+
+
 def give_back(claim: Path, original: Path) -> None:
     """Put a claimed file back where it was (its cleaner could not finish:
     it stays a leftover for a later one). Never over a newer file of that
@@ -381,13 +397,21 @@ def reap_leftovers(current_cluster: str | None = None,
     me = Claimer.new()
     done: list[str] = []
     killed: list[int] = []
-    elsewhere = _reap_pass(me, current_cluster, clusters, done, killed)
-    left = wait_gone([*killed, *elsewhere])
-    if set(left) - set(killed):
-        # Another reaper's groups still there: if it died before it ended
-        # them, its claims are leftovers now; take them over.
-        elsewhere = _reap_pass(me, current_cluster, clusters, done, killed)
-        left = wait_gone([*killed, *elsewhere])
+    # Our claims are kept until what we killed is gone: a reaper that lists
+    # the records meanwhile sees them held (``held_claims``) and waits too.
+    claimed: list[Path] = []
+    try:
+        held = held_members(me)
+        elsewhere = _reap_pass(me, current_cluster, clusters, done, killed, claimed)
+        left = wait_gone([*killed, *elsewhere, *held])
+        if set(left) - set(killed):
+            # Another reaper's groups still there: if it died before it ended
+            # them, its claims are leftovers now; take them over.
+            elsewhere = _reap_pass(me, current_cluster, clusters, done, killed, claimed)
+            left = wait_gone([*killed, *elsewhere])
+    finally:
+        for claim in claimed:
+            claim.unlink(missing_ok=True)
     # "Ended" means gone: a SIGKILLed fault proxy still dying accepted the
     # heal's connection and reset it, so heal-all, run right after, kept
     # that run's toxic entry as unhealable.
@@ -398,16 +422,28 @@ def reap_leftovers(current_cluster: str | None = None,
     return done
 
 
+def held_members(me: Claimer) -> list[int]:
+    """The live members of the groups other running reapers are ending now
+    (their claimed records): ``reap_leftovers`` returns once they are gone."""
+    out: list[int] = []
+    for claim, original in held_claims(records_dir(), me):
+        held = read_record(claim) if original.suffix == ".json" else None
+        if held is not None and held.record is not None:
+            out += leftover_members(held.record)
+    return out
+
+
 def _reap_pass(me: Claimer, current_cluster: str | None, clusters: Collection[str] | None,
-               done: list[str], killed: list[int]) -> list[int]:
-    """One pass over the records and left claims: claim, end, report,
-    remove. Returns the members of leftover groups another reaper claimed."""
+               done: list[str], killed: list[int], claimed: list[Path]) -> list[int]:
+    """One pass over the records and left claims: claim, end, report (the
+    claims go to ``claimed``, for the caller to remove once the killed are
+    gone). Returns the members of leftover groups another reaper claimed."""
+    elsewhere: list[int] = []
     candidates = [(stored, stored.path) for stored in read_records()]
     for claim, original in left_claims(records_dir()):
         stored = read_record(claim) if original.suffix == ".json" else None
         if stored is not None:
             candidates.append((stored, original))
-    elsewhere: list[int] = []
     for stored, original in candidates:
         rec = stored.record
         if rec is not None and (
@@ -440,7 +476,7 @@ def _reap_pass(me: Claimer, current_cluster: str | None, clusters: Collection[st
         except BaseException:
             give_back(mine, original)  # still a leftover, for the next reaper
             raise
-        mine.unlink(missing_ok=True)
+        claimed.append(mine)
     return elsewhere
 
 
