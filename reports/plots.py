@@ -17,6 +17,10 @@ from html import escape
 
 WIDTH, HEIGHT = 1100, 260
 LEFT, RIGHT, TOP, BOTTOM = 70, 160, 22, 34  # room for axis labels and the legend
+#: Steps for the time axis: whole seconds, minutes or hours, so a 2.5-hour
+#: axis reads 0s, 30m, 1h, ... rather than 33.3333m.
+TIME_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
+                43200, 86400)
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")
 
@@ -46,8 +50,9 @@ class Chart:
     points: list[tuple[float, float, str]] = field(default_factory=list)  # x, y, colour
     shades: list[Shade] = field(default_factory=list)
     log_y: bool = False
-    y_min: float | None = None
+    y_min: float | None = None  # set: the axis starts here, not at zero (a slow drift shows)
     y_max: float | None = None
+    height: int = HEIGHT  # px; lower for the many small charts of a drift section
 
 
 def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
@@ -76,8 +81,18 @@ def fmt(v: float) -> str:
     return f"{v:.2g}"
 
 
+def time_ticks(x_max: float, n: int = 8) -> list[float]:
+    """About ``n`` ticks over 0..x_max seconds, at a step from TIME_STEPS_S
+    (whole days past that)."""
+    if not math.isfinite(x_max) or x_max <= 0:
+        return [0.0]
+    raw = x_max / max(n, 1)
+    step = next((s for s in TIME_STEPS_S if s >= raw), 86400 * math.ceil(raw / 86400))
+    return [float(i * step) for i in range(int(x_max // step) + 1)]
+
+
 def fmt_time(s: float) -> str:
-    if s >= 7200:
+    if s >= 3600:
         return f"{s / 3600:g}h"
     if s >= 120:
         return f"{s / 60:g}m"
@@ -96,11 +111,12 @@ class _Scale:
             lo = max(lo, 1e-3) if ys else 1.0
             lo, hi = 10 ** math.floor(math.log10(lo)), 10 ** math.ceil(math.log10(max(hi, lo * 10)))
         else:
-            lo = min(lo, 0.0)
-            hi = hi * 1.08 if hi > lo else lo + 1.0
+            if chart.y_min is None:
+                lo = min(lo, 0.0)  # counts and latencies read from zero
+            hi = hi + 0.08 * (hi - lo) if hi > lo else lo + 1.0
         self.log, self.lo, self.hi = chart.log_y, lo, hi
         self.x_max = chart.x_max if chart.x_max > 0 else 1.0
-        self.pw, self.ph = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+        self.pw, self.ph = WIDTH - LEFT - RIGHT, chart.height - TOP - BOTTOM
 
     def x(self, v: float) -> float:
         return LEFT + self.pw * min(max(v / self.x_max, 0.0), 1.0)
@@ -134,13 +150,13 @@ def _frame(chart: Chart, sc: _Scale) -> list[str]:
         out.append(f'<line class="grid" x1="{LEFT}" x2="{LEFT + sc.pw}" y1="{y:.1f}" y2="{y:.1f}"/>'
                    f'<text class="tick" x="{LEFT - 4}" y="{y + 3:.1f}" text-anchor="end">'
                    f'{fmt(t)}</text>')
-    for t in nice_ticks(0.0, sc.x_max, 8):
+    for t in time_ticks(sc.x_max):
         x = sc.x(t)
         out.append(f'<text class="tick" x="{x:.1f}" y="{TOP + sc.ph + 14}" text-anchor="middle">'
                    f'{fmt_time(t)}</text>')
     out.append(f'<text class="axis" x="14" y="{TOP + sc.ph / 2:.0f}" text-anchor="middle" '
                f'transform="rotate(-90 14 {TOP + sc.ph / 2:.0f})">{escape(chart.y_label)}</text>')
-    out.append(f'<text class="axis" x="{LEFT + sc.pw / 2:.0f}" y="{HEIGHT - 4}" '
+    out.append(f'<text class="axis" x="{LEFT + sc.pw / 2:.0f}" y="{chart.height - 4}" '
                f'text-anchor="middle">time since the run started</text>')
     return out
 
@@ -164,8 +180,8 @@ def _path(s: Series, sc: _Scale) -> str:
 def render_chart(chart: Chart) -> str:
     """One chart as an <svg> element (a string of escaped SVG)."""
     sc = _Scale(chart)
-    out = [(f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" '
-            f'height="{HEIGHT}" role="img" aria-label="{escape(chart.title)}">')]
+    out = [(f'<svg class="chart" viewBox="0 0 {WIDTH} {chart.height}" width="{WIDTH}" '
+            f'height="{chart.height}" role="img" aria-label="{escape(chart.title)}">')]
     out += _frame(chart, sc)
     if chart.points:
         by_colour: dict[str, list[str]] = {}
@@ -213,7 +229,7 @@ def render_strips(title: str, x_max: float,
             out.append(f'<rect x="{sc.x(x0):.1f}" y="{y}" width="{width:.1f}" '
                        f'height="16" fill="{colours.get(state, "#999")}" opacity="0.85">'
                        f'<title>{escape(name)}: {escape(state)}</title></rect>')
-    for t in nice_ticks(0.0, sc.x_max, 8):
+    for t in time_ticks(sc.x_max):
         out.append(f'<text class="tick" x="{sc.x(t):.1f}" y="{height - BOTTOM + 14}" '
                    f'text-anchor="middle">{fmt_time(t)}</text>')
     out.append(f'<text class="legend" x="{WIDTH - RIGHT + 10}" y="{TOP + 12}">green: /health 200'
