@@ -12,14 +12,22 @@ from .no_silent_loss import NoSilentLoss
 from .node_health import CountersMonotonic, HealthTruthful, LeakBound
 from .planted import PLANTED, ExcludingPlanted, PlantedDetected, with_planted
 from .settings import CheckerSettings, FaultSLOTargets, SLOTargets
-from .slo import Availability, ErrorRate, Goodput, LatencySLO, Recovery, RestartReadiness
+from .slo import (
+                    Availability,
+                    ErrorRate,
+                    Goodput,
+                    LatencySLO,
+                    Recovery,
+                    RestartReadiness,
+                    ScheduleLag,
+)
 from .stream_continuity import StreamContinuity
 from .stream_wellformed import StreamWellFormed
 from .usage import UsageMatchesTokens
 
 DEFAULT_CHECKERS = (NoSilentLoss, StreamWellFormed, UsageMatchesTokens, NoDuplicateExecution,
                     CanaryDeterminism, StreamContinuity,
-                    LatencySLO, Goodput, ErrorRate, Availability, Recovery, RestartReadiness,
+                    LatencySLO, Goodput, ErrorRate, Availability, Recovery, RestartReadiness, ScheduleLag,
                     Failover, FaultSLO, FaultEffective, NoOrphans, HealthTruthful, CountersMonotonic,
                     LeakBound)
 
@@ -28,6 +36,6 @@ __all__ = ["Checker", "Result", "RunContext", "merge_valid", "run_checker", "Che
            "NoSilentLoss", "StreamWellFormed", "UsageMatchesTokens", "NoDuplicateExecution", "CanaryDeterminism",
            "StreamContinuity",
            "LatencySLO", "Goodput", "ErrorRate", "Availability", "Recovery",
-           "RestartReadiness", "Failover", "FaultSLO", "FaultEffective", "NoOrphans",
+           "RestartReadiness", "ScheduleLag", "Failover", "FaultSLO", "FaultEffective", "NoOrphans",
            "HealthTruthful", "CountersMonotonic", "LeakBound", "Drift",
            "DEFAULT_CHECKERS", "PLANTED", "ExcludingPlanted", "PlantedDetected", "with_planted"]

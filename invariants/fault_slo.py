@@ -40,9 +40,17 @@ from .failover import STOPS, victim_of
 from .histogram import LatencyHistogram
 from .planted import is_withdrawn
 from .settings import FaultSLOTargets
+from .slo import DUE_METRICS
 
 MAX_WINDOW_ROWS = 32
 TARGETS = ("ttft_ms", "tpot_ms", "e2e_ms")
+
+
+def due_figures(value: dict[str, Any], lag_ms: float) -> dict[str, Any]:
+    """An answer's TARGETS figures, TTFT and E2E from the due time (the
+    client's figure plus the invoke's schedule lag, as ``slo.figure``)."""
+    return {m: value[m] + (lag_ms if m in DUE_METRICS else 0.0) for m in TARGETS
+            if isinstance(value.get(m), (int, float))}
 
 
 def misses(value: dict[str, Any], t: FaultSLOTargets) -> list[str]:
@@ -82,7 +90,8 @@ class FaultSLO(StreamingChecker):
         self.bound_ns = int(ctx.settings.slo.failover_bound_s * 1e9)
         self.faults = FaultWindows(keep=0)
         self.rows: OrderedDict[str, _Row] = OrderedDict()
-        self.invoked: dict[Any, list[str]] = {}  # process -> labels of the windows judging it
+        # process -> (labels of the windows judging it, its schedule lag in ms)
+        self.invoked: dict[Any, tuple[list[str], float]] = {}
         self.nodes: set[str] = set()  # every replica seen answering
         self.totals = {"windows": 0, "judged": 0, "violations": 0, "alone": 0,
                        "too_few_requests": 0, "inject_failed": 0}
@@ -121,17 +130,20 @@ class FaultSLO(StreamingChecker):
         if op.type == "invoke":
             judged = [r.label for r in self.rows.values() if r.judges(op.time_ns)]
             if judged:
-                self.invoked[op.process] = judged
+                lag = op.value.get("lag_ms")
+                self.invoked[op.process] = (judged, float(lag) if isinstance(
+                    lag, (int, float)) and lag > 0 else 0.0)
             else:
                 self.invoked.pop(op.process, None)
             return
         node = op.value.get("node")
         if op.type == "ok" and node is not None:
             self.nodes.add(node)
-        labels = self.invoked.pop(op.process, None)
+        labels, lag = self.invoked.pop(op.process, (None, 0.0))
         if not labels or is_withdrawn(op) or op.value.get("gap"):
             return
-        missed = misses(op.value, self.t) if op.type == "ok" else [op.type]
+        figures = due_figures(op.value, lag)
+        missed = misses(figures, self.t) if op.type == "ok" else [op.type]
         for label in labels:
             row = self.rows.get(label)
             if row is None:
@@ -139,8 +151,8 @@ class FaultSLO(StreamingChecker):
             row.requests += 1
             if op.type == "ok":
                 row.ok += 1
-                if isinstance(op.value.get("ttft_ms"), (int, float)):
-                    row.ttft.add(float(op.value["ttft_ms"]))
+                if "ttft_ms" in figures:
+                    row.ttft.add(float(figures["ttft_ms"]))
             if not missed:
                 row.good += 1
             elif len(row.examples) < MAX_COUNTEREXAMPLES:
@@ -150,7 +162,7 @@ class FaultSLO(StreamingChecker):
                                + (f"missed {', '.join(missed)}" if op.type == "ok"
                                   else f"ended {op.type}: {op.error}"),
                     "window": row.label, "answered_by": node,
-                    **{m: op.value.get(m) for m in TARGETS if m in op.value},
+                    **figures, **({"lag_ms": lag} if lag else {}),
                     **op_brief(op)})
 
     # -- verdict ------------------------------------------------------------------

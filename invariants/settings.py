@@ -151,6 +151,9 @@ class CheckerSettings:
     #: "steady" (invariants.requests): a fresh engine is slower at first, and the
     #: steady baseline that faults are compared with must not hold that.
     warmup_s: float = 0.0
+    #: schedule_lag: the open loop's p99 lag (sent minus due) above this makes
+    #: the run harness-bound ("unknown"): the load offered was not the load planned.
+    max_schedule_lag_ms: float = 1000.0
     #: drift (invariants.drift, endurance runs): the growth per hour of wall
     #: time a series may show (its slope's lower 95% bound must stay below).
     #: A replica growing 30 MB an hour is a finding; 10 MB is 720 MB in 72 h.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ordeal.history.ops import NEMESIS, Op
+from ordeal.history.ops import HARNESS, NEMESIS, Op
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 from .histogram import LatencyHistogram
@@ -22,13 +22,46 @@ from .requests import STEADY, WARMUP, Request, RequestPairer, Timeline
 from .settings import SLOTargets
 
 METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+#: Figures kept beside METRICS: TTFT and E2E from the send (the client's own
+#: clock), and the schedule lag (sent minus due).
+SENT_METRICS = ("ttft_ms_sent", "e2e_ms_sent", "lag_ms")
+#: Measured from when the request was due, not when it was sent: in the open
+#: loop a request that waited for the in-flight limit (or for a harness too
+#: busy to send it on time) waited as a user would have, and a clock started
+#: at the send hides exactly the queueing a fault causes (coordinated
+#: omission). TPOT and ITL are gaps inside the answer: the wait is not in them.
+DUE_METRICS = ("ttft_ms", "e2e_ms")
+
+
+def lag_ms(req: Request) -> float:
+    """How late the request was sent against the schedule (0 when the load
+    recorded none: the closed loop, or a history from before)."""
+    v = req.invoke.value.get("lag_ms")
+    return float(v) if isinstance(v, (int, float)) and v > 0 else 0.0
+
+
+def figure(req: Request, metric: str) -> Any:
+    """A latency figure of a finished request as the checkers judge it:
+    ``DUE_METRICS`` from the due time (the client's figure plus the lag),
+    the rest as recorded; ``*_sent`` the client's own; ``lag_ms`` the lag."""
+    if metric == "lag_ms":
+        return lag_ms(req)
+    if metric.endswith("_sent"):
+        return req.done.value.get(metric[:-len("_sent")])
+    v = req.done.value.get(metric)
+    if metric in DUE_METRICS and isinstance(v, (int, float)):
+        return v + lag_ms(req)
+    return v
 
 
 def meets_slo(req: Request, t: SLOTargets) -> bool:
     if req.done.type != "ok":
         return False
-    v = req.done.value
-    return all(v.get(m) is None or v[m] <= getattr(t, m) for m in ("ttft_ms", "tpot_ms", "e2e_ms"))
+    for m in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        v = figure(req, m)
+        if isinstance(v, (int, float)) and v > getattr(t, m):
+            return False
+    return True
 
 
 class _Groups:
@@ -51,7 +84,8 @@ class _Groups:
 
     def _new(self, phase: str) -> dict[str, Any]:
         return {"phase": phase, "requests": 0, "ok": 0, "fail": 0, "info": 0, "good": 0,
-                "hist": {m: LatencyHistogram() for m in METRICS} if self.latencies else {}}
+                "hist": ({m: LatencyHistogram() for m in METRICS + SENT_METRICS}
+                         if self.latencies else {})}
 
     def get(self, req: Request) -> dict[str, Any]:
         key = req.window if req.phase != "after_heal" else f"after_heal:{req.window}"
@@ -80,9 +114,8 @@ class _Groups:
         if meets_slo(req, t):
             g["good"] += 1
         if req.done.type == "ok" and self.latencies:
-            v = req.done.value
-            for m in METRICS:
-                val = v.get(m)
+            for m in METRICS + SENT_METRICS:
+                val = figure(req, m)
                 if isinstance(val, list):
                     g["hist"][m].extend(val)
                 elif isinstance(val, (int, float)):
@@ -98,7 +131,8 @@ class _Groups:
                 "info": g["info"],
                 "goodput": round(g["good"] / n, 4) if n else None,
                 "error_rate": round((g["fail"] + g["info"]) / n, 4) if n else None,
-                **{m: g["hist"][m].summary() for m in METRICS if m in g["hist"]},
+                **{m: g["hist"][m].summary() for m in METRICS + SENT_METRICS
+                   if m in g["hist"]},
                 **({"latency_in": g["latency_in"]} if "latency_in" in g else {}),
             }
         return out
@@ -311,3 +345,56 @@ class RestartReadiness(StreamingChecker):
         late = [r for r in self.restarts
                 if r["ready_after_s"] is None or r["ready_after_s"] > self.t.restart_bound_s]
         return Result(self.name, not late, details, late[:MAX_COUNTEREXAMPLES])
+
+
+class ScheduleLag(StreamingChecker):
+    """Whether the load kept to its schedule: each open-loop request's lag
+    (sent minus due). A run whose p99 lag is above ``max_schedule_lag_ms``
+    measured the system under less load than it claims, or the harness's own
+    delay, so it is "unknown" (harness-bound), never a pass. Requests that
+    waited for the in-flight limit (``queued``) are counted apart: a stalled
+    system fills the limit, and their wait is in the due-time TTFT and E2E
+    the latency checkers judge."""
+
+    name = "schedule_lag"
+    pure_result = True
+
+    def start(self, ctx: RunContext) -> None:
+        super().start(ctx)
+        self.bound = ctx.settings.max_schedule_lag_ms
+        self.lag = LatencyHistogram()
+        self.queued = 0
+        self.over = 0
+        self.worst: Op | None = None
+
+    def feed(self, op: Op) -> None:
+        if op.type != "invoke" or op.process in HARNESS:
+            return
+        v = op.value.get("lag_ms")
+        if not isinstance(v, (int, float)):
+            return
+        self.lag.add(float(v))
+        self.queued += bool(op.value.get("queued"))
+        self.over += v > self.bound
+        if self.worst is None or v > self.worst.value["lag_ms"]:
+            self.worst = op
+
+    def result(self) -> Result:
+        details: dict[str, Any] = {"max_schedule_lag_ms": self.bound, "requests": self.lag.count,
+                                   "lag_ms": self.lag.summary(), "over_bound": self.over,
+                                   "queued_for_in_flight_limit": self.queued}
+        if not self.lag.count:
+            return Result(self.name, True, {**details, "why": "no open-loop request (closed "
+                                            "loop, or a history without due times)"})
+        p99 = self.lag.quantile(0.99)
+        if p99 <= self.bound:
+            return Result(self.name, True, details)
+        cause = (f"{self.queued} waited for the in-flight limit (max_in_flight): the system "
+                 f"under test held them" if self.queued else
+                 "none waited for the in-flight limit: the harness was too busy to send them on "
+                 "time (too few cores for this rate; see --load-workers)")
+        details["why"] = (f"harness-bound: p99 schedule lag {p99:.0f} ms > {self.bound:.0f} ms "
+                          f"({self.over} of {self.lag.count} requests late past the bound; "
+                          f"{cause}); the load offered was not the load planned")
+        worst = [op_brief(self.worst)] if self.worst is not None else []
+        return Result(self.name, "unknown", details, worst)

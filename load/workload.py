@@ -312,7 +312,7 @@ class WorkloadSpec:
     canary_every: int = 10  # every n-th request is a greedy canary (0: none)
     temperature: float = 0.7
     timeout_s: float = 30.0
-    max_in_flight: int = 256  # open loop: past this, arrivals wait (recorded)
+    max_in_flight: int = 256  # open loop: past this, arrivals wait (their lag_ms)
     # vLLM's extension: token ids in every chunk, so usage can be checked
     # against the tokens really streamed (chunks merge tokens under load).
     return_token_ids: bool = True
@@ -951,9 +951,10 @@ class WorkloadRunner:
         """Stop sending new requests; those in flight still complete."""
         self._stop.set()
 
-    async def _one(self, client: Any, process: int | str, req: PlannedRequest) -> None:
+    async def _one(self, client: Any, process: int | str, req: PlannedRequest,
+                   due: float | None = None, queued: bool = False) -> None:
         try:
-            await self._one_recorded(client, process, req)
+            await self._one_recorded(client, process, req, due, queued)
         except HistoryWriteError as e:
             # Nothing from here on would be recorded: stop sending, and let
             # run() raise it once what is in flight has ended.
@@ -964,14 +965,21 @@ class WorkloadRunner:
             self.stop()
 
     async def _one_recorded(self, client: Any, process: int | str,
-                            req: PlannedRequest) -> None:
+                            req: PlannedRequest, due: float | None = None,
+                            queued: bool = False) -> None:
         rid = f"{self.rid_prefix}-{req.seq}"
         prepared = client.prepare(req, rid)
         f = prepared.f
+        # Open loop: how late the request is sent against the schedule (the
+        # in-flight limit, or a harness too busy to send on time). The
+        # checkers add it to TTFT and E2E: a user would have waited too.
+        # ``queued``: it found the in-flight limit reached and waited for a slot.
+        lag = {} if due is None else {"lag_ms": round(max(0.0, time.monotonic() - due) * 1e3, 1),
+                                      **({"queued": True} if queued else {})}
         self.history.append("invoke", process, f, {
             "seq": req.seq, "stream": req.stream, "max_tokens": req.max_tokens,
             "prompt": req.prompt, "temperature": req.temperature, "canary": req.canary,
-            "request_id": rid, **_plan_extras(req), **prepared.invoke})
+            "request_id": rid, **lag, **_plan_extras(req), **prepared.invoke})
         self.in_flight += 1
         try:
             outcome = await prepared.call()
@@ -1026,8 +1034,9 @@ class WorkloadRunner:
         sem = asyncio.Semaphore(self.spec.max_in_flight)
 
         async def bounded(req: PlannedRequest) -> None:
+            queued = sem.locked()
             async with sem:
-                await self._one(client, req.seq, req)
+                await self._one(client, req.seq, req, due=t0 + req.at_s, queued=queued)
 
         try:
             for req in plan_requests(self.spec):

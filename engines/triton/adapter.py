@@ -55,6 +55,7 @@ from invariants import (
     NoSilentLoss,
     Recovery,
     RestartReadiness,
+    ScheduleLag,
 )
 from invariants.base import Result
 from invariants.sequence import SequenceConsistent
@@ -232,7 +233,7 @@ class TritonEngine:
 
     def checkers(self) -> list[Any]:
         common = [NoSilentLoss(), CanaryDeterminism(), LatencySLO(), Goodput(), ErrorRate(),
-                  Availability(), Recovery(), RestartReadiness(), Failover(),
+                  Availability(), Recovery(), RestartReadiness(), ScheduleLag(), Failover(),
                   FaultSLO(), FaultEffective(), NoOrphans(), CountersMonotonic(),
                   LeakBound()]
         return common if self.user_repo is not None else [*common, SequenceConsistent()]
