@@ -112,7 +112,39 @@ class FaultSLOTargets:
 
 
 #: The tables an SLO file may hold.
-SLO_TABLES = ("slo", "fault_slo")
+SLO_TABLES = ("slo", "fault_slo", "drift", "harness")
+
+#: ``[drift]`` and ``[harness]`` keys of the SLO file -> CheckerSettings fields.
+FILE_SETTINGS = {
+    "drift": {"rss_mb_per_h": "drift_rss_mb_per_h", "fds_per_h": "drift_fds_per_h",
+              "threads_per_h": "drift_threads_per_h",
+              "kv_cache_idle_per_h": "drift_kv_cache_idle_per_h",
+              "recovery_s_per_h": "drift_recovery_s_per_h", "settle_s": "drift_settle_s",
+              "min_span_h": "drift_min_span_h"},
+    "harness": {"max_schedule_lag_ms": "max_schedule_lag_ms"},
+}
+
+
+def settings_from_file(path: str | Path) -> dict[str, float]:
+    """The SLO file's ``[drift]`` and ``[harness]`` tables as CheckerSettings
+    keyword arguments (none without them); an unknown key or a value that is
+    not a non-negative number raises ConfigError naming it."""
+    p = Path(path)
+    data = _read_slo_file(p)
+    out: dict[str, float] = {}
+    for table, keys in FILE_SETTINGS.items():
+        given = data.get(table, {})
+        if not isinstance(given, dict):
+            raise ConfigError(f"--slo {p}: {table} must be a table ([{table}])")
+        unknown = sorted(set(given) - set(keys))
+        if unknown:
+            raise ConfigError(f"--slo {p} [{table}]: unknown key(s) {unknown}; known: "
+                              f"{sorted(keys)}")
+        for key, value in given.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"--slo {p} [{table}]: {key} = {value!r}; give a number >= 0")
+            out[keys[key]] = float(value)
+    return out
 
 
 @dataclass(frozen=True)

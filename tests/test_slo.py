@@ -203,3 +203,31 @@ def test_latency_histograms_are_bounded_however_many_windows_a_run_has():
     assert fault_ttft == n_windows and earlier["ttft_ms"]["count"] > 0
     folded = [w for w in r.details["windows"].values() if w.get("latency_in")]
     assert folded and all("ttft_ms" not in w and w["requests"] for w in folded)
+
+
+def test_slo_file_drift_and_harness_tables(tmp_path):
+    from invariants.settings import CheckerSettings, settings_from_file
+
+    f = tmp_path / "slo.toml"
+    f.write_text("[slo]\nttft_ms = 800\n[drift]\nrss_mb_per_h = 25\nmin_span_h = 2\n"
+                 "[harness]\nmax_schedule_lag_ms = 250\n")
+    kw = settings_from_file(f)
+    assert kw == {"drift_rss_mb_per_h": 25.0, "drift_min_span_h": 2.0,
+                  "max_schedule_lag_ms": 250.0}
+    s = CheckerSettings(**kw)
+    assert s.drift_bounds()["rss_mb"] == 25.0 and s.drift_bounds()["fds"] == 2.0
+    assert SLOTargets.from_file(f).ttft_ms == 800  # the tables live side by side
+    assert settings_from_file(tmp_path / "slo.toml") and not settings_from_file(
+        _write(tmp_path / "plain.toml", "ttft_ms = 900\n"))
+    for text, match in (("[drift]\nrss = 3\n", r"\[drift\]: unknown key\(s\) \['rss'\]"),
+                        ("[drift]\nfds_per_h = -1\n", "fds_per_h = -1; give a number >= 0"),
+                        ("[harness]\nmax_schedule_lag_ms = 'x'\n", "give a number"),
+                        ("drift = 3\n[slo]\n", "drift must be a table")):
+        f.write_text(text)
+        with pytest.raises(ConfigError, match=match):
+            settings_from_file(f)
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
