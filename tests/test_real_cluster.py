@@ -162,6 +162,57 @@ def test_process_kill_is_seen_and_its_heal_is_seen(ordeal_cluster, tmp_path):
     assert fault.heal()["already_healed"] is True  # idempotent
 
 
+def test_a_paused_replica_holds_due_time_ttft_not_send_time(ordeal_cluster, tmp_path):
+    """Latency from the schedule against a real replica (issue 26; the stub
+    twin is tests/test_schedule_lag.py): the replica is SIGSTOPped while an
+    open-loop load with two slots keeps coming due. The two in flight wait
+    out the pause; the rest queue for a slot. Due-time TTFT must hold the
+    queueing, send-time TTFT must not, and schedule_lag must name the limit."""
+    from faults.process_pause import ProcessPause
+    from invariants import ScheduleLag
+    from invariants.requests import RequestPairer, Timeline
+    from invariants.settings import CheckerSettings
+    from invariants.slo import figure
+
+    victim = ordeal_cluster.replicas()[0]
+    ledger = Ledger(tmp_path / "ledger")
+    h = History(tmp_path / "h.jsonl")
+    spec = WorkloadSpec(duration_s=1.0, rate=8, seed=11, max_in_flight=2, stream_share=1.0,
+                        canary_every=0, timeout_s=60)
+    fault = ProcessPause(victim, "test-run", ledger)
+
+    async def paused_load():
+        load = asyncio.create_task(WorkloadRunner(spec, victim.endpoint.url, h).run())
+        await asyncio.sleep(0.2)  # the first two are in flight
+        fault.inject()
+        try:
+            await asyncio.sleep(4.0)
+        finally:
+            fault.heal()
+        await load
+
+    try:
+        asyncio.run(paused_load())
+    finally:
+        fault.heal()
+        h.close()
+    ops = list(read_history(tmp_path / "h.jsonl"))
+    pairer = RequestPairer(Timeline(30.0))
+    reqs = [r for r in (pairer.feed(o) for o in ops) if r is not None]
+    assert len(reqs) >= 4 and all(r.done.type == "ok" for r in reqs), [r.done.error for r in reqs]
+    queued = [r for r in reqs if r.invoke.value.get("queued")]
+    assert queued, "no request waited for a slot"
+    for r in reqs:
+        assert figure(r, "ttft_ms") == r.done.value["ttft_ms"] + figure(r, "lag_ms")
+    # A queued request was sent after the pause, so its own clock saw none of it.
+    worst = max(queued, key=lambda r: figure(r, "lag_ms"))
+    assert figure(worst, "lag_ms") > figure(worst, "ttft_ms_sent"), worst.invoke.value
+    assert figure(worst, "ttft_ms") > 2 * figure(worst, "ttft_ms_sent")
+    lag = ScheduleLag().check(ops, RunContext(settings=CheckerSettings(
+        max_schedule_lag_ms=figure(worst, "lag_ms") / 2)))
+    assert lag.valid == "unknown" and "in-flight limit" in lag.details["why"], lag.details
+
+
 def test_a_replica_that_never_gets_ready_is_reported_with_its_log(tmp_path):
     model = ensure_tiny_model(0)
     node = VllmReplica("slow-replica", Endpoint("127.0.0.1", free_ports(1)[0]), model.path,
