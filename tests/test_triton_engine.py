@@ -330,6 +330,32 @@ def test_the_engine_interface_on_vllm(ordeal_cluster, tmp_path):
     done = next(op for op in history if op.type == "ok" and "ttft_ms" in op.value)
     trace = adapter.trace(done, ordeal_cluster)
     assert trace["queue_and_prefill_ms"] == done.value["ttft_ms"] and trace["decode_ms"] >= 0
+    # An independent reference for the trace: vLLM's own per-request
+    # histograms, over one request sent alone to an idle replica (their sums
+    # move by exactly that request's phases). The server's phases lie inside
+    # the client's: the client also waits for HTTP and the network.
+    before, err = fetch_metrics(node)
+    assert err is None
+    one = History(tmp_path / "one.jsonl")
+    asyncio.run(WorkloadRunner(WorkloadSpec(duration_s=0.01, mode="closed", concurrency=1,
+                                            seed=8, stream_share=1.0, canary_every=0),
+                               node.endpoint.url, one).run())
+    one.close()
+    [alone] = [op for op in read_history(tmp_path / "one.jsonl") if op.type == "ok"]
+    after, err = fetch_metrics(node)
+    assert err is None
+
+    def moved(name: str) -> float:
+        return (after.get(name, 0.0) - before.get(name, 0.0)) * 1000
+
+    assert moved("vllm:e2e_request_latency_seconds_count") == 1000  # this request only
+    server_qp = (moved("vllm:request_queue_time_seconds_sum")
+                 + moved("vllm:request_prefill_time_seconds_sum"))
+    server_e2e = moved("vllm:e2e_request_latency_seconds_sum")
+    t = adapter.trace(alone, ordeal_cluster)
+    assert 0 < server_qp <= t["queue_and_prefill_ms"] + 5, (server_qp, t)
+    assert server_qp < server_e2e <= t["e2e_ms"] + 5, (server_e2e, t)
+    assert moved("vllm:request_decode_time_seconds_sum") <= t["decode_ms"] + 5, t
     good = adapter.validate_consistency(ordeal_cluster, counts, mark)
     assert good.valid is True and good.details["checked"], good.to_dict()
     counts.by_node[node.name] = counts.by_node.get(node.name, 0) + 10_000
