@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pytest
 
+from fixtures.plugin import apply_options
 from reports.baseline import apply_baseline
 from reports.run_dir import RunDir
 from runs.endurance import EnduranceState, load_state, resume_history, run_endurance, save_state
@@ -25,7 +26,7 @@ from runs.run import OrdealRun
 pytestmark = [pytest.mark.endurance, pytest.mark.cluster]
 
 
-def test_endurance(ordeal_config, ordeal_cluster, ordeal_say):
+def test_endurance(request, ordeal_config, ordeal_cluster, ordeal_say):
     opts = ordeal_config.endurance
     if opts.resume is not None:
         run_dir = RunDir(opts.resume.resolve().parent, opts.resume.resolve().name)
@@ -38,7 +39,7 @@ def test_endurance(ordeal_config, ordeal_cluster, ordeal_say):
         save_state(run_dir.path, state)
         history, position_s, first_index = None, 0.0, 0
     run = OrdealRun(run_dir, "endurance", ordeal_cluster, ordeal_say, history=history)
-    run.checker_settings = ordeal_config.checker_settings
+    apply_options(run, request, ordeal_config)
     error = None
     try:
         judge = run_endurance(run, state, ordeal_say, position_s, first_index)
