@@ -182,7 +182,8 @@ class Drift(StreamingChecker):
         self.recovery.feed(op)
         if self.t0 is None:
             self.t0, self.t0_wall = op.time_ns, op.wall
-        if op.process != MONITOR or op.f not in ("sample", "drain") or "node" not in op.value:
+        if (op.process != MONITOR or op.f not in ("sample", "drain", "process")
+                or "node" not in op.value):
             return
         v = op.value
         t = (op.time_ns - self.t0) / 1e9

@@ -110,6 +110,20 @@ def sample_node(node: Any, timeout: float = 2.0,
     return value
 
 
+def process_sample(node: Any) -> dict[str, Any] | None:
+    """A node's process tree only (RSS, descriptors, threads), for a node
+    whose health and metrics the monitor does not judge (the router): what
+    a slow leak shows in over hours. None when it has no process here."""
+    members = node.pids() if getattr(node, "container_id", None) is not None else None
+    pid = getattr(node, "pid", None)
+    rss = group_rss_bytes(pid, members)
+    counts = group_fds_threads(pid, members)
+    if rss is None or counts is None:
+        return None
+    return {"node": node.name, "pid": pid, "rss_bytes": rss, "fds": counts[0],
+            "threads": counts[1]}
+
+
 def node_journal(node: Any) -> Path | None:
     """Where a replica's request journal is: beside its log (a local node),
     or in the directory a container node writes it to (``journal_dir``)."""
@@ -131,8 +145,12 @@ class Monitor:
 
     def __init__(self, nodes: Sequence[Any], history: History, interval_s: float = 2.0,
                  gpu: GpuTelemetry | None = None, gpu_procs: bool = False,
-                 common_metrics: CommonMetrics | None = None):
+                 common_metrics: CommonMetrics | None = None,
+                 processes: Sequence[Any] = ()):
         self.nodes = list(nodes)
+        # Nodes sampled for their process tree only (ops f "process"): the
+        # router, whose memory and sockets the drift invariant watches.
+        self.processes = list(processes)
         self.common_metrics = common_metrics
         self.history = history
         self.interval_s = interval_s
@@ -156,6 +174,10 @@ class Monitor:
         for node in self.nodes:
             value = await asyncio.to_thread(sample_node, node, 2.0, self.common_metrics)
             self.history.append("info", MONITOR, f, value, value.get("error"))
+        for node in self.processes:
+            value = await asyncio.to_thread(process_sample, node)
+            if value is not None:
+                self.history.append("info", MONITOR, "process", value)
         self.read_journals()
         await self.sample_gpus(f)
 

@@ -186,9 +186,11 @@ class OrdealRun:
                 run_schedule(schedule, make, self.history, self.progress)))
 
         healed_at: list[float] = []
+        router = getattr(self.cluster, "router", None)
         monitor = Monitor(self.cluster.replicas(), self.history,
                           interval_s=getattr(self, "monitor_interval_s", 2.0),
-                          common_metrics=self.engine.collect_metrics)
+                          common_metrics=self.engine.collect_metrics,
+                          processes=[router] if router is not None else [])
         sampling = asyncio.create_task(monitor.run())
         # Router, every replica, the model, the GPU: once a second, on a
         # thread of its own, into health.jsonl (see load/health_probe.py).

@@ -56,10 +56,10 @@ def test_segments_have_their_own_level():
 
 
 def _sample(i: int, t_s: float, node: str, pid: int, rss_mb: float, fds: int = 40,
-            threads: int = 12, **metrics) -> Op:
+            threads: int = 12, f: str = "sample", **metrics) -> Op:
     value = {"node": node, "pid": pid, "health": 200, "rss_bytes": int(rss_mb * 2**20),
              "fds": fds, "threads": threads, "metrics": metrics}
-    return Op(i, int(t_s * 1e9), "2026-12-02T00:00:00Z", "info", MONITOR, "sample", value)
+    return Op(i, int(t_s * 1e9), "2026-12-02T00:00:00Z", "info", MONITOR, f, value)
 
 
 def _run(ops, **settings) -> dict:
@@ -110,9 +110,10 @@ def test_restarts_without_growth_are_clean_and_with_growth_caught():
 
 
 def test_descriptor_leak_caught():
+    # the router is sampled for its process tree only (monitor ops f "process")
     ops = []
     for i, t in enumerate(range(0, int(2 * 3600), 10)):
-        ops.append(_sample(i, t, "router", 7, 80.0, fds=30 + t // 600))  # 6 an hour
+        ops.append(_sample(i, t, "router", 7, 80.0, fds=30 + t // 600, f="process"))  # 6 an hour
     r = _run(ops)
     assert r["valid"] is False
     assert r["details"]["nodes"]["router"]["fds"]["slope_per_h"] == pytest.approx(6, abs=0.5)
@@ -194,3 +195,34 @@ def test_harness_drift_figures():
     assert out["fds"]["slope_per_h"] == pytest.approx(3.0, abs=0.2)
     assert out["threads"]["span_h"] == pytest.approx(2.0)
     assert harness_drift([], CheckerSettings()) == {}
+
+
+def test_process_sample_reads_a_real_process_tree():
+    import os
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from load.monitor import process_sample
+
+    # a group of two: python holding 20 extra descriptors, and its sleep child
+    code = ("import os, subprocess, time; fds = [os.open('/dev/null', os.O_RDONLY) "
+            "for _ in range(20)]; subprocess.Popen(['sleep', '60']); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        import time
+
+        from ordeal.procfs import group_members
+        deadline = time.monotonic() + 10
+        while len(group_members(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        value = process_sample(SimpleNamespace(name="router", pid=proc.pid))
+        own = len(os.listdir(f"/proc/{proc.pid}/fd"))
+        assert value is not None and value["node"] == "router" and value["pid"] == proc.pid
+        assert own >= 20 and value["fds"] >= own + 3  # python's, plus sleep's stdio
+        assert value["threads"] >= 2 and value["rss_bytes"] > 1 << 20
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+    assert process_sample(SimpleNamespace(name="gone", pid=proc.pid)) is None
+    assert process_sample(SimpleNamespace(name="none", pid=None)) is None
