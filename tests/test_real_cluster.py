@@ -177,7 +177,8 @@ def test_a_paused_replica_holds_due_time_ttft_not_send_time(ordeal_cluster, tmp_
     victim = ordeal_cluster.replicas()[0]
     ledger = Ledger(tmp_path / "ledger")
     h = History(tmp_path / "h.jsonl")
-    spec = WorkloadSpec(duration_s=1.0, rate=8, seed=11, max_in_flight=2, stream_share=1.0,
+    # about 20 requests due in the first second, two slots: most of them queue
+    spec = WorkloadSpec(duration_s=1.0, rate=20, seed=11, max_in_flight=2, stream_share=1.0,
                         canary_every=0, timeout_s=60)
     fault = ProcessPause(victim, "test-run", ledger)
 
@@ -201,7 +202,7 @@ def test_a_paused_replica_holds_due_time_ttft_not_send_time(ordeal_cluster, tmp_
     reqs = [r for r in (pairer.feed(o) for o in ops) if r is not None]
     assert len(reqs) >= 4 and all(r.done.type == "ok" for r in reqs), [r.done.error for r in reqs]
     queued = [r for r in reqs if r.invoke.value.get("queued")]
-    assert queued, "no request waited for a slot"
+    assert len(queued) >= len(reqs) / 2, "most requests must wait for a slot"
     for r in reqs:
         assert figure(r, "ttft_ms") == r.done.value["ttft_ms"] + figure(r, "lag_ms")
     # A queued request was sent after the pause, so its own clock saw none of it.
