@@ -195,7 +195,7 @@ def test_toxicity_zero_leaves_connections_untouched(proxy, tp, echo):
 def test_bandwidth_rate_is_kilobytes_per_second(proxy, tp, echo):
     p = tp.create(upstream=echo, name="slow")
     payload = bytes(range(256)) * 240  # 61 440 bytes
-    base = rtt(p.listen, payload)
+    base = min(rtt(p.listen, payload) for _ in range(3))  # the best of three: a busy core
     p.add_toxic(type="bandwidth", attributes={"rate": 100})  # 100 KB/s = 100 000 bytes/s
     assert our_toxics(proxy, "slow")[0]["attributes"] == {"rate_kbps": 100.0}
     limited = rtt(p.listen, payload)  # the bytes came back whole (rtt checks)

@@ -35,6 +35,7 @@ from invariants.base import RunContext, check_all
 from invariants.gpu import GpuMemoryBack, ThrottleExplained
 from invariants.requests import STEADY, WARMUP, Timeline, paired_requests
 from invariants.settings import CheckerSettings, SLOTargets
+from invariants.slo import SENT_METRICS
 from ordeal.history.ops import Op
 from ordeal.history.reader import read_history
 from reports.baseline import compare, extract_figures
@@ -264,6 +265,15 @@ def h200_checkers():
             ThrottleExplained()]
 
 
+def without_sent(result: dict) -> dict:
+    """A result without slo_latency's per-window SENT_METRICS figures."""
+    for window in (result.get("details") or {}).get("windows", {}).values():
+        for m in SENT_METRICS:
+            if isinstance(window, dict):
+                window.pop(m, None)
+    return result
+
+
 def test_the_h200_example_judged_again_with_its_settings_gives_what_it_recorded():
     """The H200 example (docs/examples/gpu-triton-h200) records the checker
     settings it was judged with (a 5 s warm-up): judged again with them, every
@@ -274,7 +284,10 @@ def test_the_h200_example_judged_again_with_its_settings_gives_what_it_recorded(
     results = check_all(h200_checkers(), read_history(EXAMPLE / "history.jsonl"),
                         RunContext(run_id="t", settings=cs))
     recorded = {i["name"]: i for i in summary["invariants"]}
-    assert [r.to_dict() for r in results] == [recorded[r.name] for r in results]
+    # Figures added since the recording (the send-time latencies and the
+    # schedule lag, issue 26) are left out; its history has no lag, so the
+    # due-time figures are the recorded ones.
+    assert [without_sent(r.to_dict()) for r in results] == [recorded[r.name] for r in results]
     assert gpu_phases(read_history(EXAMPLE / "history.jsonl"), 12.0, warmup_s=5.0) == \
         summary["gpu"]
 
