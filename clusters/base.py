@@ -30,6 +30,13 @@ def node_command(node: Any) -> list[str] | None:
     return redact_argv(argv) if argv else None
 
 
+def node_cpus(node: Any) -> list[int] | str:
+    """The cores a node's processes may run on, as Ordeal set them (a local
+    process's affinity, a container's cpuset): "all" when it set none."""
+    cpus = getattr(node, "cpus", None) or getattr(getattr(node, "process", None), "cpus", None)
+    return sorted(cpus) if cpus else "all"
+
+
 class ClusterBase:
     backend: str
     engine: str
@@ -94,6 +101,8 @@ class ClusterBase:
                       for x in self.links],
             "nodes": [{"name": n.name, "role": n.role, "url": n.endpoint.url,
                        **self._node_extra(n), "fingerprint": n.fingerprint(),
+                       # The cores its processes may run on (--replica-cpus); "all": any.
+                       "cpus": node_cpus(n),
                        "command": node_command(n)}
                       for n in self.nodes],
         }

@@ -44,6 +44,7 @@ from typing import Any, Callable, Iterator
 from clusters.base import ClusterBase
 from clusters.docker_image import ensure_base_image
 from engines.vllm.adapter import prepare_model
+from engines.vllm.cpus import replica_cpus
 from engines.vllm.model import TinyModel
 from engines.vllm.nodes import (
     REPLICA_HINT,
@@ -112,6 +113,7 @@ class DockerNode:
         self.metrics_port: int | None = None
         self.served_model_name = SERVED_MODEL_NAME  # what the fingerprint probe asks for
         self.argv: list[str] = []  # the container's command, for summary.json
+        self.cpus: tuple[int, ...] | None = None  # its cpuset; None: every core
         self.journal_dir: Path | None = None  # where the node writes its request journal
 
     def _state(self) -> dict[str, Any]:
@@ -294,7 +296,7 @@ class DockerCluster(ClusterBase):
 
     def _create(self, name: str, role: Role, ip: str, argv: list[str], env: dict[str, str],
                 hint: str, clock_file: Path | None = None, image: str | None = None,
-                own_engine: bool = False) -> DockerNode:
+                own_engine: bool = False, cpus: tuple[int, ...] | None = None) -> DockerNode:
         api = self.client.api
         image = image or self.image
         host_config = api.create_host_config(
@@ -302,6 +304,7 @@ class DockerCluster(ClusterBase):
             cap_drop=["ALL"], security_opt=["no-new-privileges"],
             mem_limit=self.spec.docker_memory or None,
             nano_cpus=int(self.spec.docker_cpus * 1e9) if self.spec.docker_cpus else None,
+            cpuset_cpus=",".join(map(str, cpus)) if cpus else None,  # engines.vllm.cpus
             device_requests=self._gpu_requests(),
         )
         networking = api.create_networking_config(
@@ -322,6 +325,7 @@ class DockerCluster(ClusterBase):
         node.argv = list(argv)
         node.image = image
         node.binds = self._mounts(own_engine)
+        node.cpus = cpus
         return node
 
     def _gpu_requests(self) -> list[Any] | None:
@@ -411,20 +415,20 @@ class DockerCluster(ClusterBase):
         replicas = []
         for i in range(self.spec.replicas):
             name = f"replica-{i}"
+            cpus = replica_cpus(cores, self.spec.replicas, i, self.spec.replica_cpus)
             config = ReplicaConfig.of(self.spec)
             if own_engine:
                 clock = (self.log_dir / f"{name}.faketime") if faketime_in_image else None
-                env = self._image_env(name, cores[i % len(cores)], clock, node_header_path,
-                                      config)
+                env = self._image_env(name, cpus.compute, clock, node_header_path, config)
                 argv = server_args(self.model.path, "0.0.0.0", ENGINE_PORT, config)
             else:
                 clock = (self.log_dir / f"{name}.faketime") if self.spec.clock_faults else None
-                env = {**self._env(name, replica_env({}, cores[i % len(cores)], clock, config)),
+                env = {**self._env(name, replica_env({}, cpus.compute, clock, config)),
                        **dict(config.engine_env)}  # the user's, whatever their names
                 argv = replica_argv(str(Path(sys.prefix) / "bin" / "python"), self.model.path,
                                     "0.0.0.0", ENGINE_PORT, config)
             node = self._create(name, "replica", ips[i], argv, env, REPLICA_HINT, clock,
-                                own_engine=own_engine)
+                                own_engine=own_engine, cpus=cpus.allowed)
             node.served_model_name = config.served_model_name
             replicas.append(node)
         self.nodes.extend(replicas)

@@ -52,8 +52,10 @@ class ManagedProcess:
         cluster_id: str,
         cwd: Path | None = None,
         owner: Owner | None = None,
+        cpus: tuple[int, ...] | None = None,
     ):
         self.name = name
+        self.cpus = cpus  # the cores it (and its children) may run on; None: any
         self.cwd = cwd  # None: the harness's own working directory
         self.argv = list(argv)
         self.env = dict(env)
@@ -84,6 +86,9 @@ class ManagedProcess:
             self.proc = subprocess.Popen(
                 self.argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.cwd,
+                # Set in the child before exec, so no import runs elsewhere first.
+                preexec_fn=(None if self.cpus is None
+                            else lambda: os.sched_setaffinity(0, self.cpus)),
             )
         self.starts += 1
         self._record = ProcessRecord(self.cluster_id, self.name, self.proc.pid,

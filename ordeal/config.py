@@ -45,6 +45,8 @@ def parse_duration(text: str | float | int, setting: str = "duration") -> float:
 BACKENDS = ("local", "docker", "ray", "external")
 #: How a --cluster docker replica gets its engine (see ClusterSpec.docker_engine).
 DOCKER_ENGINES = ("mounted", "image")
+#: --replica-cpus: where a vLLM replica's processes may run (ClusterSpec.replica_cpus).
+REPLICA_CPUS = ("own", "shared")
 #: The router's settings Ordeal may add (engines/vllm/nodes.py ROUTER_PROFILES):
 #: "ordeal" (fast health checks and circuit breaker, so a short run sees a
 #: recovery) or "stock" (the router as it ships: none of them).
@@ -131,6 +133,11 @@ class ClusterSpec:
     docker_memory: str | None = None
     docker_cpus: float | None = None
     docker_gpus: int = 0
+    # vLLM replicas on --cluster local or docker: "own" (default): each
+    # replica's whole process tree runs on its own core(s) (engines.vllm.cpus),
+    # as replicas on separate machines would; "shared": every process may
+    # run on every core (only the compute threads are bound).
+    replica_cpus: str = "own"
     # --cluster docker only: "mounted" (default): the base image runs this
     # machine's Python and vLLM, bind-mounted read-only; "image": the image's
     # own entrypoint and vLLM (the vLLM OpenAI-server image's convention),
@@ -186,6 +193,9 @@ class ClusterSpec:
         if self.docker_cpus is not None and self.docker_cpus <= 0:
             raise ConfigError(f"--docker-cpus {self.docker_cpus}: give a number of CPUs above "
                               "zero (e.g. 1.5), or leave it out for no limit")
+        if self.replica_cpus not in REPLICA_CPUS:
+            raise ConfigError(f"--replica-cpus {self.replica_cpus!r}: use one of "
+                              f"{', '.join(REPLICA_CPUS)}")
         if self.docker_gpus < 0:
             raise ConfigError(f"--docker-gpus {self.docker_gpus}: give 0 or more")
         if self.backend != "ray" and (self.ray_address or self.ray_nodes):

@@ -81,6 +81,10 @@ def cluster(tmp_path_factory):
         yield c
 
 
+def client_cpuset(node):
+    return docker_client().api.inspect_container(node.container_id)["HostConfig"]["CpusetCpus"]
+
+
 @pytest.fixture
 def ledger(tmp_path):
     return Ledger(tmp_path / "ledger")
@@ -246,6 +250,15 @@ def test_kill_exits_the_container_and_the_heal_restarts_it(cluster, ledger):
     assert victim.is_running() and victim.endpoint.host == ip
     assert get(victim.endpoint.url + "/health")[0]
     assert complete(victim.endpoint.url)["choices"]
+    # The restarted container keeps its own core (--replica-cpus own): its
+    # cpuset, and the affinity of every process in it, as recorded.
+    recorded = {n["name"]: n["cpus"] for n in cluster.describe()["nodes"]}
+    for node in cluster.replicas():
+        cpus = recorded[node.name]
+        assert client_cpuset(node) == ",".join(map(str, cpus)), (node.name, cpus)
+        assert {tuple(sorted(os.sched_getaffinity(p))) for p in node.pids()} == {tuple(cpus)}
+    assert not set(recorded["replica-0"]) & set(recorded["replica-1"]), recorded
+    assert recorded["router"] == "all"
 
 
 def test_a_missing_image_is_a_clear_error_before_anything_is_made(tmp_path):

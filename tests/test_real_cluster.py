@@ -6,6 +6,7 @@ once, ~30-60 s) and one or two extra replicas started on purpose to fail.
 
 import asyncio
 import json
+import os
 import urllib.error
 import urllib.request
 
@@ -158,6 +159,18 @@ def test_process_kill_is_seen_and_its_heal_is_seen(ordeal_cluster, tmp_path):
                                       "health_ok"], phases
     assert abs(sum(phases["phases"].values()) - healed["ready_after_s"]) <= 7, (phases, healed)
     assert complete(victim.endpoint.url, "after")[0] == victim.name
+    # Each replica's whole process tree, the restarted one's too, runs on
+    # its own core only (--replica-cpus own, engines/vllm/cpus.py), as
+    # summary.json records it; no two replicas share one.
+    cores = {}
+    for replica in ordeal_cluster.replicas():
+        tree = group_members(replica.pid)
+        assert len(tree) >= 3, tree  # API server, engine core, worker
+        cores[replica.name] = {tuple(sorted(os.sched_getaffinity(p))) for p in tree}
+        recorded = {n["name"]: n["cpus"] for n in ordeal_cluster.describe()["nodes"]}
+        assert cores[replica.name] == {tuple(recorded[replica.name])}, (cores, recorded)
+    [a], [b] = cores.values()
+    assert not set(a) & set(b), cores
     assert ledger.pending() == []
     assert fault.heal()["already_healed"] is True  # idempotent
 

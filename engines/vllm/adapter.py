@@ -10,6 +10,7 @@ import urllib.request
 from typing import Any
 
 from engines.base import ClientCounts, Upstream
+from engines.vllm.cpus import replica_cpus
 from engines.vllm.model import ensure_tiny_model, resolve_model
 from engines.vllm.nodes import (
     ORDEAL_ENGINE_DEFAULTS,
@@ -83,6 +84,7 @@ class VllmEngine:
             # clock faults are on); --engine-env wins over them.
             "ordeal_engine_env": {k: v for k, v in replica_env({}).items()
                                   if k != "PYTHONPATH" and k not in dict(config.engine_env)},
+            "replica_cpus": spec.replica_cpus,  # each node's cores: cluster.nodes[].cpus
             "router_profile": spec.router_profile,
             "router_profile_flags": list(ROUTER_PROFILES[spec.router_profile]),
             "router_args": redact_argv(spec.router_args),
@@ -119,11 +121,12 @@ class VllmEngine:
         return 1
 
     def replica(self, cluster: Any, index: int, ports: list[int]) -> LocalNode:
-        cores = sorted(os.sched_getaffinity(0))
+        cpus = replica_cpus(sorted(os.sched_getaffinity(0)), cluster.spec.replicas, index,
+                            cluster.spec.replica_cpus)
         name = f"replica-{index}"
         return VllmReplica(name, Endpoint(cluster.spec.host, ports[0]), cluster.model.path,
                            cluster.log_dir / f"{name}.log", cluster.cluster_id,
-                           cpu_core=cores[index % len(cores)],  # spread replicas over the cores
+                           cpu_core=cpus.compute, cpus=cpus.allowed,
                            clock_file=(cluster.log_dir / f"{name}.faketime"
                                        if cluster.spec.clock_faults else None),
                            config=ReplicaConfig.of(cluster.spec))

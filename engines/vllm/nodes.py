@@ -133,13 +133,15 @@ REPLICA_HINT = ("a CPU replica needs about 3 GB of memory and 45-90 s to start; 
 class VllmReplica(LocalNode):
     def __init__(self, name: str, endpoint: Endpoint, model_dir: Path, log_path: Path,
                  cluster_id: str, extra_args: Sequence[str] = (), cpu_core: int | None = None,
-                 clock_file: Path | None = None, config: ReplicaConfig = ReplicaConfig()):
+                 clock_file: Path | None = None, config: ReplicaConfig = ReplicaConfig(),
+                 cpus: tuple[int, ...] | None = None):
         argv = replica_argv(sys.executable, model_dir, endpoint.host, endpoint.port, config,
                             extra_args)
         env = replica_env(dict(os.environ), cpu_core, clock_file, config)
         self.config = config
         super().__init__(name, "replica", endpoint,
-                         ManagedProcess(name, argv, env, log_path, cluster_id), REPLICA_HINT)
+                         ManagedProcess(name, argv, env, log_path, cluster_id, cpus=cpus),
+                         REPLICA_HINT)
         self._clock_file = clock_file
 
     def wait_ready(self, timeout: float) -> None:
