@@ -54,14 +54,20 @@ def figure(req: Request, metric: str) -> Any:
     return v
 
 
-def meets_slo(req: Request, t: SLOTargets) -> bool:
+def slo_miss(req: Request, t: SLOTargets) -> str | None:
+    """Why a request misses the SLO (its outcome, or the first latency
+    figure over its target), or None when it meets it."""
     if req.done.type != "ok":
-        return False
+        return f"ended {req.done.type}" + (f": {req.done.error}" if req.done.error else "")
     for m in ("ttft_ms", "tpot_ms", "e2e_ms"):
         v = figure(req, m)
         if isinstance(v, (int, float)) and v > getattr(t, m):
-            return False
-    return True
+            return f"{m} {v:.0f} > {getattr(t, m):.0f}"
+    return None
+
+
+def meets_slo(req: Request, t: SLOTargets) -> bool:
+    return slo_miss(req, t) is None
 
 
 class _Groups:
@@ -267,6 +273,7 @@ class Recovery(StreamingChecker):
         self.timeline = Timeline(self.t.after_heal_s)
         self.pairer = RequestPairer(self.timeline)
         self.last_bad: dict[str, int] = {}
+        self.last_miss: dict[str, dict[str, Any]] = {}  # the request that set last_bad
         self.seen: dict[str, int] = {}
 
     def feed(self, op: Op) -> None:
@@ -274,16 +281,20 @@ class Recovery(StreamingChecker):
         if req is None or req.phase != "after_heal":
             return
         self.seen[req.window] = self.seen.get(req.window, 0) + 1
-        if not meets_slo(req, self.t):
-            self.last_bad[req.window] = max(self.last_bad.get(req.window, 0), req.done.time_ns)
+        miss = slo_miss(req, self.t)
+        if miss is not None and req.done.time_ns >= self.last_bad.get(req.window, 0):
+            self.last_bad[req.window] = req.done.time_ns
+            self.last_miss[req.window] = {"miss": miss, **op_brief(req.done)}
 
     def result(self) -> Result:
         t = self.t
         out: dict[str, Any] = {}
+        bad: list[dict[str, Any]] = []
         valid: bool | str = True
         for w in self.timeline.windows:
             if w.end_ns is None:
                 out[w.label] = {"recovered": False, "why": "never healed"}
+                bad.append({"problem": f"{w.label}: never healed", "window": w.label})
                 valid = False
                 continue
             if w.ended_by_gap:
@@ -303,13 +314,21 @@ class Recovery(StreamingChecker):
             recovered = rec_s <= min(t.recovery_bound_s, 0.75 * t.after_heal_s)
             out[w.label] = {"recovered": recovered, "recovery_s": round(rec_s, 3),
                             "requests_after_heal": self.seen[w.label]}
+            if w.label in self.last_miss:
+                out[w.label]["last_miss"] = self.last_miss[w.label]
             if not recovered:
                 valid = False
+                bound = min(t.recovery_bound_s, 0.75 * t.after_heal_s)
+                bad.append({"problem": f"{w.label}: the SLO held again only {rec_s:.1f}s after "
+                                       f"the heal (bound {bound:g}s); the last miss: "
+                                       f"{self.last_miss[w.label]['miss']}",
+                            "window": w.label, "recovery_s": round(rec_s, 3),
+                            **self.last_miss[w.label]})
         details = {"recovery_bound_s": t.recovery_bound_s, "after_heal_s": t.after_heal_s,
                    "windows": out}
         if not self.timeline.windows:
             return Result(self.name, True, {**details, "why": "no fault in this run"})
-        return Result(self.name, valid, details)
+        return Result(self.name, valid, details, bad[:MAX_COUNTEREXAMPLES])
 
 
 class RestartReadiness(StreamingChecker):

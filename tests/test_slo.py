@@ -122,6 +122,12 @@ def test_slow_recovery_is_caught_and_timed():
     r = Recovery().check(run_with_fault(bad_after_heal_until=35), ctx(recovery_bound_s=10))
     w = r.details["windows"]["process_kill@replica-1#1"]
     assert r.valid is False and w["recovered"] is False and 14 < w["recovery_s"] < 16
+    # The counterexample names the window and the request that missed last, and why:
+    # a failed invariant with nothing to show would leave its reader guessing.
+    [c] = r.counterexamples
+    assert c["window"] == "process_kill@replica-1#1" and c["recovery_s"] == w["recovery_s"]
+    assert c["miss"] and c["index"] == w["last_miss"]["index"], c
+    assert "bound 10s" in c["problem"], c
     r = Recovery().check(run_with_fault(bad_after_heal_until=25), ctx(recovery_bound_s=10))
     w = r.details["windows"]["process_kill@replica-1#1"]
     assert r.valid is True and 4 < w["recovery_s"] < 6
@@ -136,7 +142,8 @@ def test_no_traffic_after_heal_is_unknown_and_unhealed_is_false():
     h2.req(0)
     h2._op(1, "info", "nemesis", "inject", {"kind": "process_kill", "target": "r",
                                             "phase": "begin"})
-    assert Recovery().check(h2.sorted(), ctx()).valid is False
+    r = Recovery().check(h2.sorted(), ctx())
+    assert r.valid is False and r.counterexamples[0]["problem"].endswith("never healed")
 
 
 def test_slow_or_failed_restart_is_caught():
