@@ -13,16 +13,29 @@ Retries after a replica failed *before* finishing are legitimate and are
 counted, not judged. Memory is bounded: an id is forgotten ``window_s``
 after it was first seen (a retry comes within the request timeout, seconds;
 default window 15 minutes), so a 72-hour run holds only recent ids.
+
+Each duplicate is put in the fault window it happened in (``window``, and
+``violations_by_window``), so a known finding can name the fault kind that
+provokes it (vllm-router re-sends completed requests during
+``connection_reset``): the window open when the duplicate was seen, or one
+that closed at most ``JOURNAL_LAG_S`` before (the monitor reads the
+journals every few seconds).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
 from ordeal.history.ops import MONITOR, Op
+from ordeal.history.windows import CLOSED, FaultWindows
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
+
+
+#: How long after a fault window closed a duplicate seen in the journals is
+#: still put in it: the monitor's journal reads lag by its interval (2 s).
+JOURNAL_LAG_S = 10.0
 
 
 class NoDuplicateExecution(StreamingChecker):
@@ -38,8 +51,26 @@ class NoDuplicateExecution(StreamingChecker):
         self.counts = {"journal_entries": 0, "requests": 0, "completed": 0,
                        "retried": 0, "duplicated": 0, "journal_errors": 0}
         self.duplicates: list[dict[str, Any]] = []
+        self.faults = FaultWindows(keep=0)
+        self.closed: deque[tuple[str, int]] = deque()  # (label, end ns), the recent ones
+        self.by_window: dict[str, int] = {}
+        self.unplaced = 0  # duplicates in no fault window
+
+    def window_at(self, t_ns: int) -> str | None:
+        """The fault window a duplicate seen at ``t_ns`` belongs to: the
+        latest opened that is still open, else the latest closed within
+        JOURNAL_LAG_S."""
+        lag_ns = int(JOURNAL_LAG_S * 1e9)
+        while self.closed and t_ns - self.closed[0][1] > lag_ns:
+            self.closed.popleft()
+        if self.faults.open:
+            return list(self.faults.open.values())[-1].label
+        return self.closed[-1][0] if self.closed else None
 
     def feed(self, op: Op) -> None:
+        change = self.faults.feed(op)
+        if change is not None and change.what == CLOSED:
+            self.closed.append((change.window.label, op.time_ns))
         if op.process != MONITOR or op.f != "served":
             return
         if op.error:
@@ -62,12 +93,22 @@ class NoDuplicateExecution(StreamingChecker):
                 self.counts["completed"] += 1
                 if rec[1] == 2:
                     self.counts["duplicated"] += 1
+                    window = self.window_at(op.time_ns)
+                    if window is None:
+                        self.unplaced += 1
+                    else:
+                        self.by_window[window] = self.by_window.get(window, 0) + 1
                     if len(self.duplicates) < MAX_COUNTEREXAMPLES:
                         self.duplicates.append({"request_id": rid, "executions": list(rec[3]),
-                                                **op_brief(op)})
+                                                "window": window, **op_brief(op)})
 
     def result(self) -> Result:
-        c = dict(self.counts)
+        c: dict[str, Any] = dict(self.counts)
+        if c["duplicated"]:
+            c["violations"] = c["duplicated"]
+            c["in_no_fault_window"] = self.unplaced
+            if not self.unplaced:  # each one placed: known findings can match them by window
+                c["violations_by_window"] = dict(self.by_window)
         if c["duplicated"]:
             valid: bool | str = False
         elif c["journal_entries"] == 0:

@@ -100,3 +100,41 @@ def test_result_mid_run_changes_nothing_so_the_judge_need_not_copy_it():
     mid[-1].counterexamples.append({"tampered": True})  # the caller's copy, not the state
     assert asked.result().to_dict() == quiet.result().to_dict()
     assert [m.valid for m in mid] == [True, False, False, False]
+
+
+def nemesis(i, t, f, phase, kind="connection_reset", target="router-replica-0"):
+    return Op(i, int(t * S), "w", "info", "nemesis", f,
+              {"kind": kind, "target": target, "phase": phase}, None)
+
+
+def reset_window(i, start, end):
+    return [nemesis(i, start, "inject", "begin"), nemesis(i + 1, start, "inject", "end"),
+            nemesis(i + 2, end, "heal", "begin"), nemesis(i + 3, end, "heal", "end")]
+
+
+def test_a_duplicate_is_put_in_its_fault_window_so_a_known_finding_can_name_it():
+    """The 2.5 h run's finding: vllm-router re-sent completed requests during
+    connection_reset. Seen in the window, or within the journal lag after
+    it; outside both, in no window."""
+    h = [*reset_window(0, 10, 40),
+         served(4, 11, "replica-0", ("a", 200, True)),
+         served(5, 12, "replica-0", ("a", 200, True)),  # inside the window
+         served(6, 41, "replica-0", ("b", 200, True)),
+         served(7, 43, "replica-1", ("b", 200, True))]  # 3 s after its heal: the lag
+    r = NoDuplicateExecution().check(sorted(h, key=lambda o: o.time_ns), RunContext())
+    assert r.valid is False and r.details["duplicated"] == 2
+    assert r.details["violations_by_window"] == {"connection_reset@router-replica-0#1": 2}
+    assert [c["window"] for c in r.counterexamples] == ["connection_reset@router-replica-0#1"] * 2
+    # The shipped known-findings file names it: known, not a new failure.
+    from invariants.known import embedded_file, read_known_findings
+    shipped = embedded_file(["vllm-0.32.0-x", "vllm-router-0.1.17"])
+    said = read_known_findings(shipped).apply([r.to_dict() | {"valid": False}], [])
+    assert [m["invariant"] for m in said["matched"]] == ["no_duplicate_execution"], said
+    # Long after the heal, a duplicate is in no window: not covered by that finding.
+    late = [*reset_window(0, 10, 40), served(4, 60, "replica-0", ("c", 200, True)),
+            served(5, 61, "replica-0", ("c", 200, True))]
+    r = NoDuplicateExecution().check(late, RunContext())
+    assert r.details["in_no_fault_window"] == 1 and "violations_by_window" not in r.details
+    d = r.to_dict()
+    assert read_known_findings(shipped).apply([d], []).get("matched") == []
+    assert "known" not in d
