@@ -84,6 +84,11 @@ RAY_CATALOGUE: tuple[FaultChoice, ...] = (
 )
 ALL_CHOICES = CATALOGUE + RAY_CATALOGUE
 
+#: Kinds whose heal restarts something and waits for it to serve (tens of
+#: seconds of wall time, whatever the time scale): a compressed schedule
+#: keeps ``EndurancePlan.restart_wall_s`` free after each.
+RESTARTING_KINDS = frozenset({"process_kill", "ray_node_loss"})
+
 
 @dataclass(frozen=True)
 class StopCondition:
@@ -119,6 +124,17 @@ class EndurancePlan:
     interim_every_s: float = 300.0  # wall seconds
     progress_every_s: float = 30.0  # wall seconds
     stop: StopCondition = field(default_factory=StopCondition)
+    # Wall-clock floors for a compressed run (--time-scale): a fault held
+    # 0.3 s or a quiet of 0.5 s (72 h at x72) shows nothing and leaves no
+    # after-heal window, and 287 restarts of ~30 s each cannot fit in an
+    # hour. When a scaled hold or quiet falls below these, the schedule is
+    # thinned (``thin``): it keeps fewer faults, each with its nominal time,
+    # parameters and target, the kinds still taken in turn.
+    # The defaults are the nominal minimums at --time-scale 20, the most
+    # compressed schedule CI runs: shorter holds and quiets are untested.
+    min_hold_wall_s: float = 1.0
+    min_quiet_wall_s: float = 1.5
+    restart_wall_s: float = 45.0  # kept free after a RESTARTING_KINDS heal
 
     def __post_init__(self) -> None:
         if self.time_scale <= 0:
@@ -131,6 +147,9 @@ class EndurancePlan:
                               f"from {', '.join(c.kind for c in ALL_CHOICES)}")
         if self.replicas < 1:
             raise ConfigError("endurance needs at least one replica")
+        if min(self.min_hold_wall_s, self.min_quiet_wall_s, self.restart_wall_s) < 0:
+            raise ConfigError("endurance: the wall-clock floors (min hold, min quiet, restart "
+                              "time) must be 0 or more seconds")
 
     @property
     def run_s(self) -> float:
@@ -162,7 +181,63 @@ class EndurancePlan:
                         select(s.target, replicas, rng))
             out.append(replace(s, at_s=round(s.at_s / self.time_scale, 3),
                                target=names[s.key]))
-        return out
+        return self.thin(out)[0]
+
+    def floors_bind(self, steps: Sequence[Step]) -> bool:
+        """Whether a scaled hold or quiet of ``steps`` is under its floor."""
+        t = 0.0
+        for inject, heal in pairs_of(steps):
+            if heal.at_s - inject.at_s < self.min_hold_wall_s - 1e-9 or \
+                    inject.at_s - t < self.min_quiet_wall_s - 1e-9:
+                return True
+            t = heal.at_s
+        return False
+
+    def thin(self, steps: Sequence[Step]) -> tuple[list[Step], dict[str, Any] | None]:
+        """``steps`` (scaled) as they fit the wall-clock floors, and what was
+        done (None: they fit as they are). The rule: walk the faults in
+        order; the next one kept is the first of the next kind in turn that
+        the plan puts after the previous one ended (its heal, plus
+        ``restart_wall_s`` after a restart), moved later if needed to leave
+        ``min_quiet_wall_s`` of quiet, and held ``max(its hold,
+        min_hold_wall_s)``; none is kept that would end within the tail. So
+        a kept fault runs at its nominal (scaled) time or at most a quiet
+        later, with its parameters and target: the run stays aligned with
+        the plan it rehearses."""
+        if not self.floors_bind(steps):
+            return list(steps), None
+        pairs = pairs_of(steps)
+        order = list(dict.fromkeys(i.kind for i, _ in pairs))
+        last_end = self.run_s - max(self.tail_s / self.time_scale, self.min_quiet_wall_s)
+        kept: list[Step] = []
+        t, turn, i = 0.0, 0, 0
+        while i < len(pairs) and order:
+            want = order[turn % len(order)]
+            j = next((j for j in range(i, len(pairs))
+                      if pairs[j][0].kind == want and pairs[j][0].at_s >= t), None)
+            if j is None:
+                break
+            inject, heal = pairs[j]
+            at = round(max(inject.at_s, t + self.min_quiet_wall_s), 3)
+            at_heal = round(at + max(heal.at_s - inject.at_s, self.min_hold_wall_s), 3)
+            end = at_heal + (self.restart_wall_s if inject.kind in RESTARTING_KINDS else 0.0)
+            if end > last_end:
+                break
+            kept += [replace(inject, at_s=at), replace(heal, at_s=at_heal)]
+            t, turn, i = end, turn + 1, j + 1
+        per_kind = Counter(s.kind for s in kept if s.action == "inject")
+        return kept, {
+            "why": (f"at --time-scale {self.time_scale:g} a scaled hold or quiet falls under "
+                    f"the wall-clock floors (hold {self.min_hold_wall_s:g} s, quiet "
+                    f"{self.min_quiet_wall_s:g} s, {self.restart_wall_s:g} s after a restart)"),
+            "nominal_faults": len(pairs), "kept_faults": len(kept) // 2,
+            "kept_per_kind": dict(per_kind)}
+
+    def thinning(self) -> dict[str, Any] | None:
+        """What ``thin`` did to this plan's schedule (None: nothing)."""
+        nominal = [replace(s, at_s=round(s.at_s / self.time_scale, 3))
+                   for s in self._nominal(self.duration_s)]
+        return self.thin(nominal)[1]
 
     def _nominal(self, duration_s: float) -> list[Step]:
         return plan_schedule(self.choices(), duration_s, self.seed, self.quiet_s, self.hold_s,
@@ -191,6 +266,15 @@ class EndurancePlan:
         fits them all."""
         kinds = [c.kind for c in self.choices()]
         planned = {s.kind for s in self._nominal(self.duration_s)}
+        thinned = self.thinning()
+        if planned >= set(kinds) and thinned is not None \
+                and set(thinned["kept_per_kind"]) < set(kinds):
+            raise ConfigError(
+                f"--duration {self.duration_s:g}s at --time-scale {self.time_scale:g}: "
+                f"{thinned['why']}, so the schedule was thinned to {thinned['kept_faults']} of "
+                f"{thinned['nominal_faults']} faults, and these kinds never come: "
+                f"{', '.join(k for k in kinds if k not in thinned['kept_per_kind'])}. Give a "
+                f"smaller --time-scale (a longer wall time), or name fewer kinds with --faults.")
         if planned >= set(kinds):
             return
         shortest = self.shortest_duration_s()
@@ -214,6 +298,13 @@ class EndurancePlan:
             if k in kw:
                 kw[k] = tuple(kw[k])
         return EndurancePlan(**kw)
+
+
+def pairs_of(steps: Sequence[Step]) -> list[tuple[Step, Step]]:
+    """Each inject with its heal, in the order of the injects."""
+    heals = {s.key: s for s in steps if s.action == "heal"}
+    return [(s, heals[s.key]) for s in sorted(steps, key=lambda s: s.at_s)
+            if s.action == "inject" and s.key in heals]
 
 
 def kinds_option(text: str | None, backend: str = "local") -> tuple[str, ...]:
@@ -672,6 +763,12 @@ def run_endurance(run: Any, state: EnduranceState, say: Callable[[str], None],
         f"{fmt_s(plan.run_s)} (nominal {fmt_s(plan.duration_s)}, time scale "
         f"{plan.time_scale:g}), {len(injects)} fault(s) to go over "
         f"{len({s.kind for s in injects})} kind(s); run dir {run.run_dir.path}")
+    thinned = plan.thinning()
+    if thinned is not None:
+        say(f"endurance: {thinned['why']}: thinned to {thinned['kept_faults']} of "
+            f"{thinned['nominal_faults']} faults, each kind in turn "
+            f"({min(thinned['kept_per_kind'].values(), default=0)} or more each), "
+            "at their nominal times")
     for s in injects[:40]:
         say(f"  {fmt_s(s.at_s + position_s)}  {s.kind} on {s.target} {s.params or ''}")
     if len(injects) > 40:
@@ -704,6 +801,7 @@ def run_endurance(run: Any, state: EnduranceState, say: Callable[[str], None],
         run.errors.append(judge.stop_reason)
     section = judge.section(state)
     section["drift"] = drift_note or "judged: the drift invariant"
+    section["thinned"] = thinned
     section["harness_drift"] = harness_drift(judge.harness, run.checker_settings)
     run.summary_extra.update({"endurance": section,
                               "faults": judge.fault_windows()})

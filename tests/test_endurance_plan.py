@@ -258,3 +258,45 @@ def test_the_plugin_checks_the_fit_only_when_an_endurance_test_is_selected():
         endurance_options(config(True), spec, 0, 8.0)
     shortest = EndurancePlan(duration_s=600, time_scale=20).shortest_duration_s()
     endurance_options(config(True, **{"--duration": f"{shortest}s"}), spec, 0, 8.0)
+
+
+def test_a_72_hour_plan_at_x72_is_thinned_to_fit_the_wall_clock_floors():
+    """Issue 27: 72 h at x72 planned 3444+ faults held 0.3-0.6 s with as
+    little quiet, and 287 restarts of ~30 s each in one hour. Thinned: every
+    kind in turn, each fault at its nominal (scaled) time or at most a quiet
+    later, held and spaced at least the floors, a restart given its time."""
+    from runs.endurance import RESTARTING_KINDS, pairs_of
+
+    plan = EndurancePlan(duration_s=72 * 3600, time_scale=72, seed=7)
+    nominal = {s.key: s for s in EndurancePlan(duration_s=72 * 3600, seed=7).schedule()
+               if s.action == "inject"}
+    steps = plan.schedule()
+    thinned = plan.thinning()
+    assert thinned["nominal_faults"] > 3000 and 12 * 10 < thinned["kept_faults"] < 600, thinned
+    counts = thinned["kept_per_kind"]
+    assert set(counts) == set(ALL) and max(counts.values()) - min(counts.values()) <= 1, counts
+    assert is_healed_at_end(steps) and len(steps) == 2 * thinned["kept_faults"]
+    end = 0.0
+    for inject, heal in pairs_of(steps):
+        assert inject.at_s - end >= plan.min_quiet_wall_s - 1e-6, (end, inject)
+        assert heal.at_s - inject.at_s >= plan.min_hold_wall_s - 1e-6, (inject, heal)
+        planned = nominal[inject.key]  # same fault: kind, target, parameters
+        assert (inject.kind, inject.target, inject.params) == (
+            planned.kind, planned.target, planned.params)
+        assert planned.at_s / 72 - 1e-3 <= inject.at_s <= planned.at_s / 72 + 1.5 + 1e-3
+        end = heal.at_s + (plan.restart_wall_s if inject.kind in RESTARTING_KINDS else 0)
+    assert end <= plan.run_s - plan.min_quiet_wall_s
+    plan.require_every_kind()  # accepted as it is
+
+
+def test_a_schedule_within_the_floors_is_left_alone_and_a_thinned_one_missing_kinds_refused():
+    for scale in (1, 10, 20):  # what CI and the README run: unchanged
+        plan = EndurancePlan(duration_s=3 * 3600, time_scale=scale, seed=2)
+        assert plan.thinning() is None
+        assert len(plan.schedule()) == len(EndurancePlan(duration_s=3 * 3600, seed=2).schedule())
+    # 40 minutes at x200 is 12 s of wall time: all 12 kinds fit the nominal
+    # plan, not the floors. Refused at startup, saying what to change.
+    with pytest.raises(ConfigError, match=r"thinned to \d+ of \d+ faults.*smaller --time-scale"):
+        EndurancePlan(duration_s=40 * 60, time_scale=200).require_every_kind()
+    with pytest.raises(ConfigError, match="floors"):
+        EndurancePlan(duration_s=3600, min_hold_wall_s=-1)
