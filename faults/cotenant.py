@@ -47,6 +47,7 @@ from ordeal.config import state_dir
 from ordeal.ownership import HELPER_ENV, NODE_ENV, OWNER_PID_ENV, RUN_ENV
 from ordeal.procfs import environ as proc_environ
 from ordeal.procfs import start_time as proc_start_time
+from ordeal.procfs import state
 from ordeal.procfs import status_kb
 from ordeal.topology import Node
 from ordeal.workers import visible_gpus
@@ -195,13 +196,20 @@ def end_helper(rec: dict[str, Any], timeout_s: float = 10.0) -> list[int]:
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + timeout_s
+    # Ours until waitpid reaps them or says they are not ours; the recorded
+    # pid too when it is already a zombie (it died on its own, unreaped).
+    unreaped = set(ended) | ({rec["pid"]} if rec.get("pid") and state(rec["pid"]) == "Z"
+                             else set())
     while time.monotonic() < deadline:
-        for pid in ended:  # reap our own children so they do not linger as zombies
+        for pid in list(unreaped):  # reap our own children so they do not linger as zombies
             try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-        if not _helper_pids(rec):
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    unreaped.discard(pid)
+            except ChildProcessError:  # not our child (or reaped): its parent reaps it
+                unreaped.discard(pid)
+        # A zombie reads as gone (no start time), but /proc still has it until
+        # it is reaped: wait for both. A 1 GB memory hog takes a while to exit.
+        if not _helper_pids(rec) and not unreaped:
             break
         time.sleep(0.05)
     left = _helper_pids(rec)
