@@ -47,8 +47,7 @@ from ordeal.config import state_dir
 from ordeal.ownership import HELPER_ENV, NODE_ENV, OWNER_PID_ENV, RUN_ENV
 from ordeal.procfs import environ as proc_environ
 from ordeal.procfs import start_time as proc_start_time
-from ordeal.procfs import state
-from ordeal.procfs import status_kb
+from ordeal.procfs import state, status_kb
 from ordeal.topology import Node
 from ordeal.workers import visible_gpus
 

@@ -32,7 +32,6 @@ from ordeal.history.windows import CLOSED, FaultWindows
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 
-
 #: How long after a fault window closed a duplicate seen in the journals is
 #: still put in it: the monitor's journal reads lag by its interval (2 s).
 JOURNAL_LAG_S = 10.0
