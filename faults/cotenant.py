@@ -86,11 +86,12 @@ def mem_available_bytes() -> int:
 
 def node_cpus(pids: Sequence[int]) -> list[int]:
     """Every CPU any of the node's processes may run on (union of their
-    affinities). Measured: loading only the core a vLLM CPU worker is bound
-    to (VLLM_CPU_OMP_THREADS_BIND) left the tiny model's throughput unchanged
-    (1.03x), because its API server and EngineCore, which may run on any
-    core, are the bottleneck; they just moved to the other core. Falls back
-    to every CPU this process may use when no pid can be read."""
+    affinities): with ``--replica-cpus own`` the replica's own cores. Measured
+    when replicas shared the cores: loading only the core a vLLM CPU worker
+    is bound to (VLLM_CPU_OMP_THREADS_BIND) left the tiny model's throughput
+    unchanged (1.03x), because its API server and EngineCore, free to run
+    anywhere, were the bottleneck and moved to the other core. Falls back to
+    every CPU this process may use when no pid can be read."""
     cpus: set[int] = set()
     for pid in pids:
         try:
