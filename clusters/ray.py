@@ -284,10 +284,12 @@ class RayNode:
             if not self.is_running():
                 raise RayError(f"Ray node {self.name} exited with code "
                                f"{self.process.exit_code()} before it was up. Last lines of "
-                               f"{self.process.log_path}:\n" + "\n".join(self.log_tail(25)))
+                               f"{self.process.log_path}:\n" + "\n".join(self.log_tail(25))
+                               + self.cluster.gcs_log_tail())
             if time.monotonic() > deadline:
                 raise RayError(f"Ray node {self.name} not up after {timeout:.0f}s; last lines "
-                               f"of {self.process.log_path}:\n" + "\n".join(self.log_tail(25)))
+                               f"of {self.process.log_path}:\n" + "\n".join(self.log_tail(25))
+                               + self.cluster.gcs_log_tail())
             time.sleep(0.2)
         check_loopback(f"Ray node {self.name}", [self.address, self.ip])
 
@@ -708,6 +710,19 @@ class RayCluster(HostFrontCluster):
             attempt("ray temp dir", lambda: shutil.rmtree(self.temp_dir, ignore_errors=False))
         if problems:
             raise RuntimeError("teardown left problems: " + "; ".join(problems))
+
+    def gcs_log_tail(self, lines: int = 15) -> str:
+        """The GCS's last log lines, for an error about a node that did not
+        join (the GCS is the side that decides); empty when there is none."""
+        logs = sorted((self.temp_dir or Path("/nonexistent")).glob("session_*/logs/gcs_server.*"))
+        tail: list[str] = []
+        for f in logs:
+            try:
+                text = f.read_bytes()[-20_000:].decode("utf-8", "replace")
+            except OSError:
+                continue
+            tail += [f"--- {f.name}"] + text.splitlines()[-lines:]
+        return ("\nLast lines of the GCS's log:\n" + "\n".join(tail)) if tail else ""
 
     def _save_ray_logs(self) -> None:
         """Ray's own logs (raylet, gcs, workers) go with the temp dir: copy
