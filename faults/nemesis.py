@@ -114,17 +114,18 @@ async def run_schedule(steps: Sequence[Step], make: Callable[[Step], list[Fault]
     active: dict[int, list[tuple[Fault, FaultWindow]]] = {}
     windows: list[FaultWindow] = []
     lag = 0.0  # how far the schedule has been pushed back by slow actions
-    previous_at = 0.0
+    previous_at, previous_allow = 0.0, 0.0
     try:
         for step in sorted(steps, key=lambda s: s.at_s):
-            # A step that comes late (the action before it took longer than
-            # the gap, e.g. a restart that waited for readiness) pushes the
-            # rest back by as much: every quiet period and hold keeps its
+            # A slow action (a restart that waited for readiness) pushes the
+            # rest back by its time: every quiet period and hold keeps its
             # planned length, so each heal still has its after-heal window.
+            # Time the plan itself left for the action (Step.allow_s) is not
+            # paid twice: only the excess pushes.
             took = time.monotonic() - (t0 + lag + previous_at)  # the last action's time
-            if took > SLOW_ACTION_S:
-                lag += took
-            previous_at = step.at_s
+            if took > previous_allow + SLOW_ACTION_S:
+                lag += took - previous_allow
+            previous_at, previous_allow = step.at_s, step.allow_s
             await asyncio.sleep(max(0.0, t0 + lag + step.at_s - time.monotonic()))
             if step.action == "heal":
                 for fault, window in active.pop(step.key, []):

@@ -25,9 +25,16 @@ class Step:
     target: str  # a target spec (see faults.targets): "one", "replica-0", ...
     key: int  # pairs an inject with its heal
     params: dict[str, Any] = field(default_factory=dict)
+    #: Wall seconds the plan left after this step for its action to take (a
+    #: compressed plan leaves a restart's readiness wait): only an action
+    #: slower than that pushes the rest of the schedule back, by the excess.
+    allow_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if not self.allow_s:  # most steps: files stay as they were
+            del d["allow_s"]
+        return d
 
 
 @dataclass(frozen=True)
@@ -132,7 +139,10 @@ def steps_from_json(raw: list[Any], where: str, params_required: bool = True) ->
                              "'heal' at a time >= 0")
         params = (need_field(s, "params", dict, at_where) if params_required or "params" in s
                   else {})
+        allow = need_field(s, "allow_s", (int, float), at_where) if "allow_s" in s else 0.0
+        if allow < 0:
+            raise StepsError(f"{at_where}: allow_s {allow}; expected seconds >= 0")
         steps.append(Step(float(at), action, need_field(s, "kind", str, at_where),
                           need_field(s, "target", str, at_where),
-                          need_field(s, "key", int, at_where), dict(params)))
+                          need_field(s, "key", int, at_where), dict(params), float(allow)))
     return steps

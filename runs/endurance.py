@@ -220,10 +220,13 @@ class EndurancePlan:
             inject, heal = pairs[j]
             at = round(max(inject.at_s, t + self.min_quiet_wall_s), 3)
             at_heal = round(at + max(heal.at_s - inject.at_s, self.min_hold_wall_s), 3)
-            end = at_heal + (self.restart_wall_s if inject.kind in RESTARTING_KINDS else 0.0)
+            allow = self.restart_wall_s if inject.kind in RESTARTING_KINDS else 0.0
+            end = at_heal + allow
             if end > last_end:
                 break
-            kept += [replace(inject, at_s=at), replace(heal, at_s=at_heal)]
+            # The heal's step says it has `allow` s: the nemesis then pushes
+            # the schedule back only by a restart slower than that.
+            kept += [replace(inject, at_s=at), replace(heal, at_s=at_heal, allow_s=allow)]
             t, turn, i = end, turn + 1, j + 1
         per_kind = Counter(s.kind for s in kept if s.action == "inject")
         return kept, {

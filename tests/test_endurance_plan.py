@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from faults.schedule import Step, is_healed_at_end
+from faults.schedule import Step, is_healed_at_end, steps_from_json
 from invariants import RunContext
 from ordeal.config import ConfigError
 from ordeal.history.ops import MONITOR, NEMESIS
@@ -285,7 +285,14 @@ def test_a_72_hour_plan_at_x72_is_thinned_to_fit_the_wall_clock_floors():
             planned.kind, planned.target, planned.params)
         assert planned.at_s / 72 - 1e-3 <= inject.at_s <= planned.at_s / 72 + 1.5 + 1e-3
         end = heal.at_s + (plan.restart_wall_s if inject.kind in RESTARTING_KINDS else 0)
+        # The restart's time is the plan's: the nemesis must not pay it twice
+        # (the first hour of this plan ran 25% late when it did).
+        assert heal.allow_s == end - heal.at_s and inject.allow_s == 0, (inject, heal)
     assert end <= plan.run_s - plan.min_quiet_wall_s
+    assert {s.allow_s for s in steps} == {0.0, plan.restart_wall_s}
+    # Kept through the state file and the schedule-file reader.
+    assert steps_from_json([s.to_dict() for s in steps], "") == steps
+    assert Step(**steps[0].to_dict()) == steps[0] and "allow_s" not in steps[0].to_dict()
     plan.require_every_kind()  # accepted as it is
 
 

@@ -222,6 +222,32 @@ def test_a_slow_action_pushes_the_rest_of_the_schedule_back(tmp_path):
     assert gap_s >= 0.75, f"the 0.8 s quiet after the slow heal shrank to {gap_s:.2f} s"
 
 
+def test_time_the_plan_left_for_a_slow_action_is_not_paid_twice(tmp_path):
+    """A compressed plan leaves a restart its time after the heal
+    (Step.allow_s): the next fault then comes at its planned time, not a
+    whole heal later. Measured against the same schedule without the
+    allowance, run here just before."""
+    def inject_b_after_s(allow_s: float, name: str) -> float:
+        ledger = Ledger(tmp_path / name / "ledger")
+        (tmp_path / name).mkdir(exist_ok=True)
+        h = History(tmp_path / name / "h.jsonl")
+        steps = [Step(0.0, "inject", "test_flag", "a", 0),
+                 Step(0.2, "heal", "test_flag", "a", 0, allow_s=allow_s),
+                 Step(2.5, "inject", "test_flag", "b", 1), Step(2.6, "heal", "test_flag", "b", 1)]
+        asyncio.run(run_schedule(steps, lambda s: [
+            SlowHealFault(tmp_path / name / s.target, "r", ledger) if s.target == "a" else
+            FlagFault(tmp_path / name / s.target, "r", ledger)], h))
+        h.close()
+        ops = list(read_history(tmp_path / name / "h.jsonl"))
+        inject_a = next(o for o in ops if o.f == "inject" and o.value.get("target") == "a")
+        inject_b = next(o for o in ops if o.f == "inject" and o.value.get("target") == "b")
+        return (inject_b.time_ns - inject_a.time_ns) / 1e9
+
+    pushed = inject_b_after_s(0.0, "pushed")  # 2.5 s planned + the 1.5 s heal
+    allowed = inject_b_after_s(2.0, "allowed")  # the 1.5 s heal fits the 2.0 s allowed
+    assert allowed < pushed - 1.0, (allowed, pushed)
+
+
 class _RayNodeStandIn:
     """What the factory reads of a simulated Ray node: its name. The fault
     itself acts on the real one in tests/test_ray_backend.py and
