@@ -135,6 +135,11 @@ class EndurancePlan:
     min_hold_wall_s: float = 1.0
     min_quiet_wall_s: float = 1.5
     restart_wall_s: float = 45.0  # kept free after a RESTARTING_KINDS heal
+    # A fault must meet enough requests for its effect and the window's
+    # figures to be seen: at 1 req/s a 1 s hold met 0-5 (72 h at x72, the
+    # long-output workload). The hold floor is at least this many requests
+    # at ``rate`` (8 at the default 8 req/s: x20's 1 s, unchanged).
+    min_window_requests: float = 8.0
 
     def __post_init__(self) -> None:
         if self.time_scale <= 0:
@@ -147,9 +152,20 @@ class EndurancePlan:
                               f"from {', '.join(c.kind for c in ALL_CHOICES)}")
         if self.replicas < 1:
             raise ConfigError("endurance needs at least one replica")
-        if min(self.min_hold_wall_s, self.min_quiet_wall_s, self.restart_wall_s) < 0:
+        if min(self.min_hold_wall_s, self.min_quiet_wall_s, self.restart_wall_s,
+               self.min_window_requests) < 0:
             raise ConfigError("endurance: the wall-clock floors (min hold, min quiet, restart "
-                              "time) must be 0 or more seconds")
+                              "time, requests per window) must be 0 or more")
+        if not self.rate > 0:
+            raise ConfigError(f"endurance: a rate of {self.rate} req/s; give --load-rate (or a "
+                              "workload file's [arrival] rate) above 0")
+
+    @property
+    def hold_floor_s(self) -> float:
+        """The shortest hold a compressed schedule keeps, in wall seconds:
+        ``min_hold_wall_s``, or longer where the rate needs it to meet
+        ``min_window_requests``."""
+        return max(self.min_hold_wall_s, self.min_window_requests / self.rate)
 
     @property
     def run_s(self) -> float:
@@ -187,7 +203,7 @@ class EndurancePlan:
         """Whether a scaled hold or quiet of ``steps`` is under its floor."""
         t = 0.0
         for inject, heal in pairs_of(steps):
-            if heal.at_s - inject.at_s < self.min_hold_wall_s - 1e-9 or \
+            if heal.at_s - inject.at_s < self.hold_floor_s - 1e-9 or \
                     inject.at_s - t < self.min_quiet_wall_s - 1e-9:
                 return True
             t = heal.at_s
@@ -200,7 +216,7 @@ class EndurancePlan:
         the plan puts after the previous one ended (its heal, plus
         ``restart_wall_s`` after a restart), moved later if needed to leave
         ``min_quiet_wall_s`` of quiet, and held ``max(its hold,
-        min_hold_wall_s)``; none is kept that would end within the tail. So
+        hold_floor_s)``; none is kept that would end within the tail. So
         a kept fault runs at its nominal (scaled) time or at most a quiet
         later, with its parameters and target: the run stays aligned with
         the plan it rehearses."""
@@ -219,7 +235,7 @@ class EndurancePlan:
                 break
             inject, heal = pairs[j]
             at = round(max(inject.at_s, t + self.min_quiet_wall_s), 3)
-            at_heal = round(at + max(heal.at_s - inject.at_s, self.min_hold_wall_s), 3)
+            at_heal = round(at + max(heal.at_s - inject.at_s, self.hold_floor_s), 3)
             allow = self.restart_wall_s if inject.kind in RESTARTING_KINDS else 0.0
             end = at_heal + allow
             if end > last_end:
@@ -231,7 +247,10 @@ class EndurancePlan:
         per_kind = Counter(s.kind for s in kept if s.action == "inject")
         return kept, {
             "why": (f"at --time-scale {self.time_scale:g} a scaled hold or quiet falls under "
-                    f"the wall-clock floors (hold {self.min_hold_wall_s:g} s, quiet "
+                    f"the wall-clock floors (hold {self.hold_floor_s:g} s"
+                    + (f": {self.min_window_requests:g} requests at {self.rate:g} req/s"
+                       if self.hold_floor_s > self.min_hold_wall_s else "")
+                    + f", quiet "
                     f"{self.min_quiet_wall_s:g} s, {self.restart_wall_s:g} s after a restart)"),
             "nominal_faults": len(pairs), "kept_faults": len(kept) // 2,
             "kept_per_kind": dict(per_kind)}
@@ -277,7 +296,8 @@ class EndurancePlan:
                 f"{thinned['why']}, so the schedule was thinned to {thinned['kept_faults']} of "
                 f"{thinned['nominal_faults']} faults, and these kinds never come: "
                 f"{', '.join(k for k in kinds if k not in thinned['kept_per_kind'])}. Give a "
-                f"smaller --time-scale (a longer wall time), or name fewer kinds with --faults.")
+                f"smaller --time-scale (a longer wall time), a higher request rate, or name "
+                f"fewer kinds with --faults.")
         if planned >= set(kinds):
             return
         shortest = self.shortest_duration_s()

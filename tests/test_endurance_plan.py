@@ -5,6 +5,9 @@ judge's stop condition, windows and interim file, on synthetic histories."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +29,8 @@ from runs.endurance import (
 )
 
 ALL = tuple(c.kind for c in CATALOGUE)
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_the_catalogue_has_every_kind_once():
@@ -294,6 +299,47 @@ def test_a_72_hour_plan_at_x72_is_thinned_to_fit_the_wall_clock_floors():
     assert steps_from_json([s.to_dict() for s in steps], "") == steps
     assert Step(**steps[0].to_dict()) == steps[0] and "allow_s" not in steps[0].to_dict()
     plan.require_every_kind()  # accepted as it is
+
+
+def test_the_hold_floor_follows_the_request_rate():
+    """A fault held 1 s at 1 req/s meets 0-5 requests: its effect cannot be
+    seen (the first hour of 72 h at x72 at the long-output workload's
+    1 req/s: fault_effective unknown, availability judged on 1-5 requests).
+    The hold floor is min_window_requests at the plan's rate; at the
+    default 8 req/s it stays x20's 1 s, so those plans are unchanged."""
+    from runs.endurance import pairs_of
+
+    at_8 = EndurancePlan(duration_s=72 * 3600, time_scale=72, seed=7)
+    at_1 = EndurancePlan(duration_s=72 * 3600, time_scale=72, seed=7, rate=1.0)
+    assert at_8.hold_floor_s == at_8.min_hold_wall_s == 1.0 and at_1.hold_floor_s == 8.0
+    holds = [h.at_s - i.at_s for i, h in pairs_of(at_1.schedule())]
+    assert min(holds) >= 8.0 - 1e-6 and min(h.at_s - i.at_s for i, h in
+                                            pairs_of(at_8.schedule())) < 8.0
+    kept = at_1.thinning()["kept_per_kind"]
+    assert set(kept) == set(ALL) and sum(kept.values()) < at_8.thinning()["kept_faults"]
+    at_1.require_every_kind()
+    for scale in (1, 6, 10, 20):  # what CI and the README run: not thinned at 8 req/s
+        assert EndurancePlan(duration_s=3 * 3600, time_scale=scale, seed=2).thinning() is None
+    with pytest.raises(ConfigError, match=r"hold 8 s: 8 requests at 1 req/s.*higher request "
+                                          r"rate"):
+        EndurancePlan(duration_s=1800, time_scale=10, seed=0, rate=1.0).require_every_kind()
+    with pytest.raises(ConfigError, match="rate of 0 req/s"):
+        EndurancePlan(duration_s=3600, rate=0)
+
+
+def test_a_workload_file_s_rate_sets_the_plan_and_a_blind_plan_is_refused_at_start(tmp_path):
+    """The plan's rate is the workload file's (1 req/s here), so the
+    README's 3-minute compressed run with the long-output workload is
+    refused before any cluster starts, saying why."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", str(REPO / "suites" / "test_endurance.py"),
+         "-m", "endurance", "-p", "no:cacheprovider", "-q", "--runs-dir", str(tmp_path / "runs"),
+         "--duration", "30m", "--time-scale", "10",
+         "--workload", str(REPO / "docs" / "examples" / "workloads" / "long-output.toml")],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0 and "8 requests at 1 req/s" in out, out[-3000:]
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
 def test_a_schedule_within_the_floors_is_left_alone_and_a_thinned_one_missing_kinds_refused():
