@@ -34,6 +34,7 @@ from faults.proxy import ProxyClient, ProxyError, ProxyUnreachable
 from faults.proxy.connection import Connection
 from faults.proxy.http_parse import Body, End, Head, Opaque, ResponseParser
 from faults.proxy.launch import ProxyProcess
+from faults.proxy.sockets import CAN_SPLICE
 from faults.proxy.toxics import REGISTRY
 from load.sse import SSEParser
 from nodes.ports import free_ports
@@ -257,9 +258,40 @@ def test_no_toxic_passes_bytes_unchanged_and_keeps_alive(proxy, ctl, stubs):
     web = stubs[1]
     direct = http.client.HTTPConnection(*web.server_address, timeout=10)
     c = http_conn(proxy)
+    spliced = ctl.link("http")["counters"]["bytes_spliced"]
     for path in ("/big?n=300000", "/sse?n=20", "/sse_len?n=5", "/small"):
         assert get(proxy, path, c)[2] == get(proxy, path, direct)[2]
-    assert ctl.link("http")["counters"]["connections"] >= 1
+    counters = ctl.link("http")["counters"]
+    assert counters["connections"] >= 1
+    # With no toxic the kernel moved the bytes (splice, the fast path).
+    if CAN_SPLICE:
+        assert counters["bytes_spliced"] - spliced >= 300_000, counters
+
+
+@pytest.mark.skipif(not CAN_SPLICE, reason="this Python has no os.splice (Linux, 3.10+)")
+def test_a_toxic_takes_the_bytes_off_the_kernel_path_and_its_removal_gives_them_back(
+        proxy, ctl):
+    """On one keep-alive connection: a body passes in the kernel, then
+    through a toxic (delayed as it says, byte for byte), then in the kernel
+    again once the toxic is gone."""
+    c = http_conn(proxy)
+
+    def fetch() -> tuple[bytes, int, float]:
+        before = ctl.link("http")["counters"]["bytes_spliced"]
+        t0 = time.monotonic()
+        body = get(proxy, "/big?n=400000", c)[2]
+        took = time.monotonic() - t0
+        return body, ctl.link("http")["counters"]["bytes_spliced"] - before, took
+
+    plain, in_kernel, _ = fetch()
+    assert len(plain) == 400_000 and in_kernel >= 400_000
+    ctl.add_toxic("http", "latency", name="lat", attributes={"latency_ms": 200})
+    body, in_kernel, took = fetch()
+    assert body == plain and took >= 0.2, took
+    assert in_kernel < 1_000, in_kernel  # at most the request went up in the kernel
+    ctl.remove_toxic("http", "lat")
+    body, in_kernel, _ = fetch()
+    assert body == plain and in_kernel >= 400_000
 
 
 def test_control_api_errors_are_clear(proxy, ctl):
@@ -684,7 +716,7 @@ def test_a_new_toxic_never_inherits_a_removed_ones_choices_on_a_connection():
     (CPython gives a removed toxic's address to the next object of its
     size): a toxic that was off on this connection must not switch the next
     one off, nor lend it its byte count."""
-    conn = Connection(SimpleNamespace(name="l"), 1, 7, (None, None), (None, None))
+    conn = Connection(SimpleNamespace(name="l"), 1, 7, None, None)  # type: ignore[arg-type]
     drop, dup, lim = REGISTRY["sse_drop"], REGISTRY["sse_duplicate"], REGISTRY["limit_data"]
     params = [drop.Params(), dup.Params(after_events=2), lim.Params(bytes=10)]
     gc.disable()  # a collection in between would hand out another freed block first

@@ -1,12 +1,15 @@
 """One proxied TCP connection: two pumps (upstream: client to server,
 downstream: server to client), each a reader and a writer joined by a queue.
 
-The reader stamps each chunk with the time it was read and, when no toxic
-applies and nothing is queued, writes it straight through (the fast path:
-a link with no toxic costs one read and one write per chunk). Otherwise the
-chunk is queued and the writer runs it through the toxics in order, so a
+When no toxic applies and nothing is queued, the reader moves what
+arrived to the other side inside the kernel (the fast path: splice(2)
+through a pipe, ``sockets.KernelRelay``; the bytes never enter the process,
+so a link with no toxic passes a large body at about direct speed).
+Otherwise it reads the chunk, stamps it with the time it was read and
+queues it, and the writer runs it through the toxics in order, so a
 latency toxic delays chunks without serialising the stream, and a toxic
 that holds data (timeout, latency) holds the queue behind it, keeping order.
+A toxic added while bytes are in the pipe acts from the next read on.
 
 HTTP awareness is minimal and cheap: a request starts with the first
 upstream bytes after downstream bytes (or the first on the connection),
@@ -19,13 +22,13 @@ client in use pipelines).
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import random
-import socket
-import struct
 from typing import TYPE_CHECKING, Any
 
 from .l7_stage import ResponseStage
+from .sockets import CAN_SPLICE, KernelRelay, Side
 from .toxics.base import Emit, Toxic
 from .toxics.http_abort import HttpAbort
 from .toxics.l7 import L7Toxic
@@ -35,19 +38,19 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("ordeal.proxy")
 READ_SIZE = 256 * 1024
+PEEK = 17  # bytes that hold a request's method and the space after it
 QUEUE_DEPTH = 64  # chunks; past this the reader waits (backpressure to the sender)
 ABORT_DRAIN_S = 5.0
 
 
 class Connection:
     def __init__(self, link: "ProxyLink", conn_id: int, seed: int,
-                 client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-                 upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter]):
+                 client: Side, upstream: Side):
         self.link = link
         self.id = conn_id
         self.seed = seed
-        self.client_r, self.client_w = client
-        self.up_r, self.up_w = upstream
+        self.client = client
+        self.up = upstream
         self.closed = False
         self.close_reason = ""
         self.aborted_exchange = False
@@ -103,11 +106,10 @@ class Connection:
 
     async def written_out(self, direction: str, within_s: float = 1.0) -> None:
         """Wait (at most ``within_s``) until the writer of ``direction`` has
-        handed everything it buffers to the kernel."""
-        w = self.up_w if direction == "upstream" else self.client_w
+        handed everything it is sending to the kernel."""
+        side = self.up if direction == "upstream" else self.client
         deadline = self.loop_time() + within_s
-        while (not self.closed and w.transport.get_write_buffer_size() > 0
-               and self.loop_time() < deadline):
+        while not self.closed and side.sending > 0 and self.loop_time() < deadline:
             await asyncio.sleep(0.005)
 
     # -- ending the connection -------------------------------------------------
@@ -128,18 +130,8 @@ class Connection:
         self.close_reason = reason
         level = logging.DEBUG if reason == "both sides closed" else logging.INFO
         log.log(level, "link %s conn %d: %s", self.link.name, self.id, reason)
-        for w in (self.client_w, self.up_w):
-            if rst:
-                sock = w.get_extra_info("socket")
-                if sock is not None:
-                    try:
-                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                        struct.pack("ii", 1, 0))
-                    except OSError:
-                        pass
-                w.transport.abort()
-            else:
-                w.close()
+        for side in (self.client, self.up):
+            side.close(rst=rst)
         for t in self._timers:
             t.cancel()
         for task in self._tasks:
@@ -149,8 +141,8 @@ class Connection:
     # -- running -----------------------------------------------------------------
 
     async def run(self) -> None:
-        up = Pump(self, "upstream", self.client_r, self.up_w)
-        down = Pump(self, "downstream", self.up_r, self.client_w)
+        up = Pump(self, "upstream", self.client, self.up)
+        down = Pump(self, "downstream", self.up, self.client)
         self._tasks = [asyncio.create_task(p.read_loop()) for p in (up, down)] + \
                       [asyncio.create_task(p.write_loop()) for p in (up, down)]
         try:
@@ -161,6 +153,8 @@ class Connection:
         finally:
             self.close(self.close_reason or "both sides closed")
             await asyncio.gather(*self._tasks, return_exceptions=True)
+            up.close_relay()
+            down.close_relay()
 
     async def abort_exchange(self, toxic: HttpAbort) -> None:
         """http_abort: answer the client ourselves, never forward the
@@ -170,12 +164,10 @@ class Connection:
         toxic.counters["responses"] += 1
         log.info("link %s conn %d: http_abort %s answers %d", self.link.name, self.id,
                  toxic.name, toxic.params.status)
-        self.up_w.transport.abort()
+        self.up.close()
         try:
-            self.client_w.write(toxic.response_bytes())
-            await self.client_w.drain()
-            if self.client_w.can_write_eof():
-                self.client_w.write_eof()
+            await self.client.send(toxic.response_bytes())
+            self.client.shutdown_write()
             # The upstream pump's reader discards the rest of the request and
             # sets client_eof when the client closes after our answer.
             try:
@@ -190,8 +182,7 @@ class Connection:
 class Pump:
     """One direction of a connection."""
 
-    def __init__(self, conn: Connection, direction: str, src: asyncio.StreamReader,
-                 dst: asyncio.StreamWriter):
+    def __init__(self, conn: Connection, direction: str, src: Side, dst: Side):
         self.conn = conn
         self.link = conn.link
         self.direction = direction
@@ -202,6 +193,8 @@ class Pump:
         self.idle = asyncio.Event()
         self.idle.set()
         self.eof_sent = False
+        self.relay: KernelRelay | None = None
+        self.splice_ok = CAN_SPLICE
 
     async def drained(self) -> None:
         """Wait until the queue is written out, or the connection closed."""
@@ -213,16 +206,51 @@ class Pump:
             for w in waits:
                 w.cancel()
 
+    def _fast(self) -> bool:
+        """Nothing queued, no toxic on this direction, no response stage:
+        the bytes can go straight through."""
+        conn = self.conn
+        return (self.pending == 0 and not self.link.has_toxics(self.direction)
+                and (self.direction == "upstream" or conn.stage is None)
+                and not conn.aborted_exchange)
+
+    def _note(self, size: int, head: bytes) -> bool:
+        """Count ``size`` bytes read and follow the request/response
+        boundaries; True when these bytes start a request (upstream) or a
+        response (downstream). ``head``: their first bytes (the method)."""
+        conn = self.conn
+        if self.direction == "upstream":
+            self.link.bytes_up += size
+            starts = conn.awaiting_request
+            if starts:
+                conn.awaiting_request = False
+                conn.last_method = head.split(b" ", 1)[0][:16]
+            conn.awaiting_response = True
+        else:
+            self.link.bytes_down += size
+            starts = conn.awaiting_response
+            conn.awaiting_response = False
+            conn.awaiting_request = True
+        return starts
+
     async def read_loop(self) -> None:
-        conn, link = self.conn, self.link
+        conn = self.conn
         up = self.direction == "upstream"
         loop = asyncio.get_running_loop()
         while not conn.closed:
             try:
-                data = await self.src.read(READ_SIZE)
+                if self.splice_ok and self._fast():
+                    if not await self._relay():
+                        return  # end of stream, passed on
+                    continue
+                data = self.src.recv_nowait(READ_SIZE)
+                if data is None:  # nothing yet: wait, then decide the path again
+                    await self.src.wait_readable()
+                    continue
             except (ConnectionError, OSError) as e:
                 if conn.aborted_exchange:
-                    conn.client_eof.set()
+                    if up:
+                        conn.client_eof.set()
                 elif not conn.closed:
                     conn.reset(f"{self.direction} read failed ({type(e).__name__}); "
                                "passing the reset on")
@@ -236,22 +264,8 @@ class Pump:
                 continue  # the rest of an aborted request: never forwarded
             if conn.closed:
                 return
-            starts = False
-            if data:
-                if up:
-                    link.bytes_up += len(data)
-                    starts = conn.awaiting_request
-                    if starts:
-                        conn.awaiting_request = False
-                        conn.last_method = data.split(b" ", 1)[0][:16]
-                    conn.awaiting_response = True
-                else:
-                    link.bytes_down += len(data)
-                    starts = conn.awaiting_response
-                    conn.awaiting_response = False
-                    conn.awaiting_request = True
-            if (self.pending == 0 and not link.has_toxics(self.direction)
-                    and (up or conn.stage is None)):
+            starts = self._note(len(data), data[:PEEK]) if data else False
+            if self._fast():
                 await self._write_direct(data)
             else:
                 self.pending += 1
@@ -259,6 +273,41 @@ class Pump:
                 await self.queue.put((data, loop.time(), starts))
             if not data:
                 return
+
+    async def _relay(self) -> bool:
+        """The fast path, once: what the source has received goes to the
+        destination inside the kernel. False at end of stream (passed on as
+        a half-close). Read errors raise, as ``recv``'s do."""
+        if self.relay is None:
+            self.relay = KernelRelay()
+        conn = self.conn
+        head = (self.src.peek(PEEK) if self.direction == "upstream" and conn.awaiting_request
+                else b"")
+        try:
+            n = self.relay.take(self.src)
+        except OSError as e:
+            if e.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                raise
+            self.splice_ok = False  # a socket splice cannot read: read and write instead
+            return True
+        if n is None:  # nothing yet: wait, then decide the path again
+            await self.src.wait_readable()
+            return True
+        if n == 0:
+            self._eof()
+            return False
+        self._note(n, head)
+        self.link.bytes_spliced += n
+        try:
+            await self.relay.give(n, self.dst)
+        except (ConnectionError, OSError) as e:
+            conn.close(f"{self.direction} write failed ({type(e).__name__})")
+        return True
+
+    def close_relay(self) -> None:
+        if self.relay is not None:
+            self.relay.close()
+            self.relay = None
 
     async def _write_direct(self, data: bytes) -> None:
         if data:
@@ -270,18 +319,13 @@ class Pump:
         if self.eof_sent or self.conn.closed:
             return
         self.eof_sent = True
-        try:
-            if self.dst.can_write_eof():
-                self.dst.write_eof()
-        except (ConnectionError, OSError, RuntimeError):
-            pass
+        self.dst.shutdown_write()
 
     async def write(self, data: bytes) -> None:
         if self.conn.closed or not data:
             return
         try:
-            self.dst.write(data)
-            await self.dst.drain()
+            await self.dst.send(data)
         except (ConnectionError, OSError) as e:
             self.conn.close(f"{self.direction} write failed ({type(e).__name__})")
 

@@ -12,6 +12,7 @@ import ipaddress
 import logging
 from dataclasses import dataclass
 
+from . import sockets
 from .connection import Connection
 from .toxics import L7Toxic, Toxic
 from .toxics.http_abort import HttpAbort
@@ -102,9 +103,10 @@ class ProxyLink:
         self.active = 0
         self.bytes_up = 0
         self.bytes_down = 0
+        self.bytes_spliced = 0  # of bytes_up + bytes_down, those the kernel moved (the fast path)
         self.connect_errors = 0
         self.l7_framing_lost = 0  # exchanges whose framing the response stage lost
-        self.server: asyncio.AbstractServer | None = None
+        self.server: asyncio.Task[None] | None = None  # the accept loop, while listening
         self.port = spec.listen_port
         self._conns: set[Connection] = set()
         # Bumped on every stop: a connection accepted before a stop whose
@@ -168,6 +170,7 @@ class ProxyLink:
                 "toxics": [t.describe() for t in self.toxics.values()],
                 "counters": {"connections": self.connections, "active": self.active,
                              "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
+                             "bytes_spliced": self.bytes_spliced,
                              "connect_errors": self.connect_errors,
                              "l7_framing_lost": self.l7_framing_lost}}
 
@@ -179,22 +182,37 @@ class ProxyLink:
         Toxiproxy's proxy does)."""
         if self.server is not None:
             return
-        self.server = await asyncio.start_server(self._accept, self.spec.listen_host, self.port)
-        self.port = self.server.sockets[0].getsockname()[1]
+        listener = sockets.listen(self.spec.listen_host, self.port)
+        self.port = listener.getsockname()[1]
+        self.server = asyncio.create_task(self._serve(listener))
+
+    async def _serve(self, listener) -> None:  # type: ignore[no-untyped-def]
+        """Accept until cancelled (stop), then close the listening socket."""
+        loop = asyncio.get_running_loop()
+        handlers: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                try:
+                    client, _ = await loop.sock_accept(listener)
+                except OSError as e:  # out of descriptors, say: keep listening
+                    log.warning("link %s: accept failed (%s)", self.name, e)
+                    await asyncio.sleep(0.1)
+                    continue
+                task = asyncio.create_task(self._accept(client))
+                handlers.add(task)
+                task.add_done_callback(handlers.discard)
+        finally:
+            listener.close()
 
     async def stop(self) -> None:
         """Stop listening and close every connection (FIN both ways)."""
         self._generation += 1
         server, self.server = self.server, None
         if server is not None:
-            server.close()
+            server.cancel()
+            await asyncio.gather(server, return_exceptions=True)
         for conn in list(self._conns):
             conn.close("proxy stopping")
-        if server is not None:
-            try:
-                await asyncio.wait_for(server.wait_closed(), 5)
-            except asyncio.TimeoutError:
-                pass
 
     async def set_enabled(self, enabled: bool) -> None:
         """Enable (listen) or disable (stop listening, drop the connections).
@@ -217,27 +235,28 @@ class ProxyLink:
         if was_enabled:
             await self.set_enabled(True)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(self, client_sock) -> None:  # type: ignore[no-untyped-def]
         self.connections += 1
         conn_id = self.connections
         generation = self._generation
         spec = self.spec
+        client = sockets.Side(client_sock)
         try:
-            upstream = await asyncio.wait_for(
-                asyncio.open_connection(spec.upstream_host, spec.upstream_port),
-                CONNECT_TIMEOUT_S)
+            up_sock = await asyncio.wait_for(
+                sockets.connect(spec.upstream_host, spec.upstream_port), CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError) as e:
             # Like a dead host behind the proxy: the client sees its connection closed.
             self.connect_errors += 1
             log.info("link %s conn %d: upstream %s:%d unreachable (%s)", self.name, conn_id,
                      spec.upstream_host, spec.upstream_port, e)
-            writer.close()
+            client.close()
             return
+        upstream = sockets.Side(up_sock)
         if generation != self._generation:  # disabled or moved while connecting
-            upstream[1].close()
-            writer.close()
+            upstream.close()
+            client.close()
             return
-        conn = Connection(self, conn_id, self.seed, (reader, writer), upstream)
+        conn = Connection(self, conn_id, self.seed, client, upstream)
         self._conns.add(conn)
         self.active += 1
         try:
