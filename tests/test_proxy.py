@@ -268,6 +268,25 @@ def test_no_toxic_passes_bytes_unchanged_and_keeps_alive(proxy, ctl, stubs):
         assert counters["bytes_spliced"] - spliced >= 300_000, counters
 
 
+def test_bytes_after_tcp_urgent_data_still_pass(proxy):
+    """splice(2) stops at TCP's urgent mark while the socket stays readable:
+    the relay must read past it (as recv does), not spin and drop the rest."""
+    with echo_conn(proxy) as s:
+        s.sendall(b"abc")
+        time.sleep(0.1)
+        s.send(b"!", socket.MSG_OOB)
+        time.sleep(0.1)
+        s.sendall(b"def")
+        got = b""
+        s.settimeout(5)
+        while len(got) < 6:
+            chunk = s.recv(64)
+            if not chunk:
+                break
+            got += chunk
+    assert got == b"abcdef", got  # the urgent byte is out of band, as with recv
+
+
 @pytest.mark.skipif(not CAN_SPLICE, reason="this Python has no os.splice (Linux, 3.10+)")
 def test_a_toxic_takes_the_bytes_off_the_kernel_path_and_its_removal_gives_them_back(
         proxy, ctl):

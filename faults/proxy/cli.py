@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import ctypes
 import logging
+import resource
 import signal
 import sys
 
@@ -80,8 +81,20 @@ async def serve(proxy: FaultProxy) -> None:
     await proxy.stop()
 
 
+def raise_fd_limit() -> None:
+    """Up to the hard limit: a spliced connection holds six descriptors (two
+    sockets, two pipes), and the soft limit is often 1024."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError):
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    raise_fd_limit()
     logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(),
                         format="[ordeal-proxy %(asctime)s] %(levelname)s %(message)s")
     try:

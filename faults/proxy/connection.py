@@ -195,6 +195,8 @@ class Pump:
         self.eof_sent = False
         self.relay: KernelRelay | None = None
         self.splice_ok = CAN_SPLICE
+        self.woke = False  # the last relay waited for the source to be readable
+        self.read_once = False  # read the next bytes with recv (splice stops at urgent data)
 
     async def drained(self) -> None:
         """Wait until the queue is written out, or the connection closed."""
@@ -239,7 +241,7 @@ class Pump:
         loop = asyncio.get_running_loop()
         while not conn.closed:
             try:
-                if self.splice_ok and self._fast():
+                if self.splice_ok and not self.read_once and self._fast():
                     if not await self._relay():
                         return  # end of stream, passed on
                     continue
@@ -247,6 +249,7 @@ class Pump:
                 if data is None:  # nothing yet: wait, then decide the path again
                     await self.src.wait_readable()
                     continue
+                self.read_once = False
             except (ConnectionError, OSError) as e:
                 if conn.aborted_exchange:
                     if up:
@@ -279,7 +282,13 @@ class Pump:
         destination inside the kernel. False at end of stream (passed on as
         a half-close). Read errors raise, as ``recv``'s do."""
         if self.relay is None:
-            self.relay = KernelRelay()
+            try:
+                self.relay = KernelRelay()
+            except OSError as e:  # out of descriptors: read and write instead
+                log.warning("link %s: no pipe for splice (%s); this connection reads and "
+                            "writes", self.link.name, e)
+                self.splice_ok = False
+                return True
         conn = self.conn
         head = (self.src.peek(PEEK) if self.direction == "upstream" and conn.awaiting_request
                 else b"")
@@ -290,9 +299,14 @@ class Pump:
                 raise
             self.splice_ok = False  # a socket splice cannot read: read and write instead
             return True
-        if n is None:  # nothing yet: wait, then decide the path again
-            await self.src.wait_readable()
+        if n is None:
+            if self.woke:  # readable, yet nothing splice can move: urgent data
+                self.read_once = True
+            else:  # nothing yet: wait, then decide the path again
+                await self.src.wait_readable()
+            self.woke = not self.read_once
             return True
+        self.woke = False
         if n == 0:
             self._eof()
             return False

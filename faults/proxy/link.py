@@ -194,6 +194,8 @@ class ProxyLink:
             while True:
                 try:
                     client, _ = await loop.sock_accept(listener)
+                except (ConnectionAbortedError, ConnectionResetError):
+                    continue  # the client gave up before we took it
                 except OSError as e:  # out of descriptors, say: keep listening
                     log.warning("link %s: accept failed (%s)", self.name, e)
                     await asyncio.sleep(0.1)

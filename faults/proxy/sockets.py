@@ -11,10 +11,13 @@ bytes that a splice would overtake. So the proxy owns its sockets: ``Side``
 is one of them, with the few operations a connection needs (read, send,
 peek, half-close, close or reset), each retried on readiness from the loop.
 
-Closing is the one subtle part: a socket's file descriptor number is
-reused by the next connection as soon as it is closed, so ``close`` takes
-the socket off the loop first and fails every waiter on it; a waiter woken
-afterwards never touches the loop's registration of that number again.
+Two subtle parts. A socket's file descriptor number is reused by the next
+connection as soon as it is closed, so ``close`` takes the socket off the
+loop first and fails every waiter on it; nothing touches the loop's
+registration of that number afterwards. And the loop keeps one reader and
+one writer callback per descriptor, so all who wait for the same event on
+a side share one one-shot future (two pumps can wait to write to one side:
+http_abort's answer and the downstream relay).
 """
 
 from __future__ import annotations
@@ -25,8 +28,13 @@ import os
 import socket
 import struct
 
-#: The most one splice moves into the pipe at a time (the pipe is sized to it).
-PIPE_SIZE = 1 << 20
+#: The most one splice moves into the pipe at a time, and the pipe's size.
+#: As root, 1 MiB (x1.05 of direct on 16 cores against x0.78 with 64 KiB,
+#: bench/results/proxy-2026-12-03-16-cores); otherwise the kernel's default
+#: 64 KiB, because a larger pipe counts against the per-user pipe limit
+#: (fs.pipe-user-pages-soft, which root's CAP_SYS_RESOURCE escapes) and would
+#: leave the user's other processes with one-page pipes.
+PIPE_SIZE = (1 << 20) if os.geteuid() == 0 else (1 << 16)
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 CAN_SPLICE = hasattr(os, "splice")
 _SPLICE_FLAGS = (os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK) if CAN_SPLICE else 0
@@ -50,26 +58,32 @@ class Side:
         self.loop = asyncio.get_running_loop()
         self.closed = False
         self.sending = 0  # sends in progress (what written_out waits for)
-        self._waiters: set[asyncio.Future[None]] = set()
+        # The one-shot future of each event (False: readable, True: writable).
+        self._events: dict[bool, asyncio.Future[None] | None] = {False: None, True: None}
 
     async def wait_readable(self) -> None:
-        await self._wait(self.loop.add_reader, self.loop.remove_reader)
+        await self._wait(False)
 
     async def wait_writable(self) -> None:
-        await self._wait(self.loop.add_writer, self.loop.remove_writer)
+        await self._wait(True)
 
-    async def _wait(self, add, remove) -> None:  # type: ignore[no-untyped-def]
+    async def _wait(self, writable: bool) -> None:
         if self.closed:
             raise SideClosed("closed by the proxy")
-        fut = self.loop.create_future()
-        self._waiters.add(fut)
-        add(self.fd, _wake, fut)
-        try:
-            await fut
-        finally:
-            self._waiters.discard(fut)
-            if not self.closed:  # close() already took the number off the loop
-                remove(self.fd)
+        fut = self._events[writable]
+        if fut is None:
+            fut = self._events[writable] = self.loop.create_future()
+            add = self.loop.add_writer if writable else self.loop.add_reader
+            add(self.fd, self._fire, writable)
+        # shield: a waiter cancelled (its task ended) leaves the event to the others
+        await asyncio.shield(fut)
+
+    def _fire(self, writable: bool) -> None:
+        """The event happened: off the loop (one-shot), and every waiter wakes."""
+        (self.loop.remove_writer if writable else self.loop.remove_reader)(self.fd)
+        fut, self._events[writable] = self._events[writable], None
+        if fut is not None and not fut.done():
+            fut.set_result(None)
 
     def recv_nowait(self, n: int) -> bytes | None:
         """Up to ``n`` bytes, b"" at end of stream, None when nothing has
@@ -123,9 +137,11 @@ class Side:
         self.closed = True
         self.loop.remove_reader(self.fd)
         self.loop.remove_writer(self.fd)
-        for fut in list(self._waiters):
-            if not fut.done():
+        for writable, fut in list(self._events.items()):
+            self._events[writable] = None
+            if fut is not None and not fut.done():
                 fut.set_exception(SideClosed("closed by the proxy"))
+                fut.exception()  # retrieved: no "never retrieved" log when none waited
         if rst:
             try:
                 self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -134,26 +150,26 @@ class Side:
         self.sock.close()
 
 
-def _wake(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
 class KernelRelay:
     """splice(2) from one side to the other through a pipe of our own: the
     bytes never enter the process. Made when first used, closed with its
     connection."""
 
     def __init__(self) -> None:
+        """OSError when no pipe can be made (out of descriptors)."""
         self.r, self.w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            fcntl.fcntl(self.w, F_SETPIPE_SZ, PIPE_SIZE)
-        except OSError:  # over /proc/sys/fs/pipe-max-size: the default 64 KiB pipe
-            pass
+        if PIPE_SIZE > 1 << 16:
+            try:
+                fcntl.fcntl(self.w, F_SETPIPE_SZ, PIPE_SIZE)
+            except OSError:  # over fs.pipe-max-size: the default pipe, splice moves less
+                pass
 
     def take(self, src: Side) -> int | None:
         """Move what ``src`` has received into the pipe: the byte count, 0 at
-        end of stream, None when nothing is there yet. OSError as recv's."""
+        end of stream, None when nothing splice can move is there (nothing
+        yet, or TCP urgent data: read it with recv). OSError as recv's."""
+        if src.closed:
+            raise SideClosed("closed by the proxy")
         try:
             return os.splice(src.fd, self.w, PIPE_SIZE, flags=_SPLICE_FLAGS)
         except _AGAIN:
@@ -185,7 +201,11 @@ async def connect(host: str, port: int) -> socket.socket:
     """A connected non-blocking socket to ``host:port``, trying each
     address the name resolves to (as asyncio.open_connection does)."""
     loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    try:  # an address needs no resolver (and no thread of the loop's pool)
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_NUMERICHOST)
+    except socket.gaierror:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     last: OSError | None = None
     for family, type_, proto, _, addr in infos:
         sock = socket.socket(family, type_, proto)
@@ -203,7 +223,11 @@ async def connect(host: str, port: int) -> socket.socket:
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A listening non-blocking socket on the first address ``host`` names."""
+    """A listening non-blocking socket on the first address ``host`` names
+    ("localhost" is 127.0.0.1: where glibc lists ::1 first, a proxy on ::1
+    alone would refuse clients of 127.0.0.1)."""
+    if host == "localhost":
+        host = "127.0.0.1"
     family, type_, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                                        flags=socket.AI_PASSIVE)[0]
     sock = socket.socket(family, type_, proto)
