@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import PY, RESULTS, ROOT, machine, progress, write_json
+from bench.common import PY, RESULTS, ROOT, machine, progress, write_json, written
 
 ALL = ["load", "agreement", "proxy", "faults", "bringup", "checkers"]
 
@@ -211,7 +211,7 @@ def summary(args: argparse.Namespace, ran: list[str], seconds: float) -> None:
           f"({'quick' if args.quick else 'full'}; this call ran {', '.join(ran) or 'nothing'}"
           f" in {seconds / 60:.0f} min). The rows come from these files, each written by "
           "the run that made it: " + ", ".join(
-              f"{p.name} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(p.stat().st_mtime))})"
+              f"{p.name} ({written(p)})"
               for p in sorted(RESULTS.glob("*.json")) if p.name != "summary.json")
           + ". Method: bench/README.md.", "",
           table(rs), "",

@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from faults.proxy.launch import ProxyProcess  # noqa: E402
+from bench.common import utc_now  # noqa: E402
 from nodes.ports import free_ports  # noqa: E402
 
 STUB = r"""
@@ -220,7 +221,8 @@ def main() -> None:
               "args": vars(args), "rows": rows}
     res = ROOT / "bench" / "results"
     res.mkdir(parents=True, exist_ok=True)
-    (res / "proxy.json").write_text(json.dumps(result, indent=2) + "\n")
+    (res / "proxy.json").write_text(json.dumps({**result, "written_utc": utc_now()},
+                                               indent=2) + "\n")
     lines = ["| measure | direct | through proxy (no toxic) | added |", "|---|---:|---:|---:|"]
     for name in ("keepalive_small_ms", "new_connection_small_ms"):
         d, p = rows[name]["direct"], rows[name]["proxy"]

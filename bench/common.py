@@ -77,16 +77,42 @@ def machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "cpu_model": cpu, "memory_gib": mem_gib,
             "os": osname or platform.platform(), "kernel": platform.release(),
             "python": platform.python_version(), "loadavg_at_start": os.getloadavg(),
-            "shared": "other agents' processes ran on the machine at the same time "
-                      "(a Docker backend build and reliability tests on real clusters); "
+            "shared": "possibly, with other processes (the load average says how busy); "
                       "figures are side by side or interleaved in one run so ratios stand"}
 
 
 def write_json(name: str, data: dict[str, Any]) -> Path:
+    """bench/results/NAME.json, stamped with when it was written (the
+    summary's date for its rows: a file's mtime is the clone's, not the run's)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     p = RESULTS / f"{name}.json"
+    data = {**data, "written_utc": utc_now()}
     p.write_text(json.dumps(data, indent=2, default=str) + "\n")
     return p
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+
+def written(p: Path) -> str:
+    """When a result file was written: its own stamp, else the date of the
+    commit that last changed it, else "date unknown"."""
+    try:
+        d = json.loads(p.read_text())
+        stamp = d.get("written_utc") or d.get("when")
+    except (OSError, ValueError, AttributeError):
+        stamp = None
+    if stamp:
+        return str(stamp)
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%cd",
+                              "--date=format-local:%Y-%m-%d %H:%M UTC", "--", p.name],
+                             cwd=p.parent, capture_output=True, text=True, timeout=10,
+                             env={**os.environ, "TZ": "UTC"})
+        return out.stdout.strip() or "date unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "date unknown"
 
 
 def cpu_seconds(pid: int) -> float:
