@@ -41,6 +41,7 @@ window, at most ``MAX_COUNTEREXAMPLES`` counterexamples.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections import OrderedDict
 from typing import Any
@@ -109,6 +110,9 @@ class Failover(StreamingChecker):
         self.last_invoke_ns = 0
         self.examples: list[dict[str, Any]] = []
         self.late_total = 0
+        # Violations per window, of every window (shown or not): a known-findings
+        # file matches by window, and on a long run most windows are no longer shown.
+        self.by_window: dict[str, int] = {}
         self.nodes: set[str] = set()  # every replica seen answering
         self.alone = 0  # windows on the only replica: nowhere to fail over to
 
@@ -203,6 +207,9 @@ class Failover(StreamingChecker):
                                f"the {(self.last_invoke_ns - row.end_ns) / 1e9:.0f}s of load "
                                f"after {row.kind} healed (bound {self.readmit_ns / 1e9:g}s)",
                     "window": row.label})
+        violations = (0 if alone else row.late) + int(never)
+        if violations:
+            self.by_window[row.label] = violations
         return {"kind": row.kind, "replica": row.victim, "begin_wall": row.label_wall,
                 "inject_failed": row.inject_failed, "sent_while_down": row.sent,
                 "sent_after_bound": 0 if alone else row.late, "no_other_replica": alone,
@@ -211,14 +218,23 @@ class Failover(StreamingChecker):
                 "not_readmitted": never}
 
     def result(self) -> Result:
+        # Judge copies of the running figures: result() may be called mid-run
+        # (the endurance judge's interim files), and _retire adds to them.
+        names = ("late_total", "not_readmitted", "alone", "max_ejection_ns",
+                 "max_readmission_ns", "examples", "by_window")
+        saved = {n: copy.copy(getattr(self, n)) for n in names}
+        try:
+            return self._result()
+        finally:
+            for n, v in saved.items():
+                setattr(self, n, v)
+
+    def _result(self) -> Result:
         shown = {label: self._retire(row) for label, row in self.rows.items()}
         # Every violation by its window, for a known-findings file to match
-        # (the counterexamples are cut at MAX_COUNTEREXAMPLES); those of
-        # windows no longer shown are in "violations" only, so no finding
-        # can cover them.
-        by_window = {label: w["sent_after_bound"] + int(w["not_readmitted"])
-                     for label, w in shown.items()
-                     if w["sent_after_bound"] or w["not_readmitted"]}
+        # (the counterexamples are cut at MAX_COUNTEREXAMPLES), the windows no
+        # longer shown included.
+        by_window = dict(self.by_window)
         details: dict[str, Any] = {
             "windows": self.windows,
             "max_ejection_s": round(self.max_ejection_ns / 1e9, 3),

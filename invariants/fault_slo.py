@@ -96,6 +96,7 @@ class FaultSLO(StreamingChecker):
         self.totals = {"windows": 0, "judged": 0, "violations": 0, "alone": 0,
                        "too_few_requests": 0, "inject_failed": 0}
         self.retired_rows = 0
+        self.by_window: dict[str, int] = {}  # every window's violation, shown or not
         self.examples: list[dict[str, Any]] = []
 
     # -- ops ----------------------------------------------------------------------
@@ -192,18 +193,18 @@ class FaultSLO(StreamingChecker):
             out["met"] = goodput is not None and goodput >= self.t.min_goodput
             if not out["met"]:
                 self.totals["violations"] += 1
+                self.by_window[row.label] = 1
                 self.examples.extend(row.examples[:MAX_COUNTEREXAMPLES - len(self.examples)])
         return out
 
     def result(self) -> Result:
         # Judge copies of the totals: result() may be called mid-run (pure).
-        saved_totals, saved_examples = dict(self.totals), list(self.examples)
+        saved = dict(self.totals), list(self.examples), dict(self.by_window)
         try:
             shown = {label: self._judge(row) for label, row in self.rows.items()}
-            totals, examples = dict(self.totals), list(self.examples)
+            totals, examples, by_window = dict(self.totals), list(self.examples), self.by_window
         finally:
-            self.totals, self.examples = saved_totals, saved_examples
-        by_window = {label: 1 for label, w in shown.items() if w["met"] is False}
+            self.totals, self.examples, self.by_window = saved
         t = self.t
         details: dict[str, Any] = {
             **totals,

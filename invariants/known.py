@@ -113,11 +113,16 @@ class KnownFindings:
                 continue
             injected = any(f.covers_window(w) for w in windows) if (f.fault or f.target) \
                 else False
-            judged = any(inv["name"] == f.invariant for inv in invariants)
-            if injected and judged:
+            valid = {inv.get("valid") for inv in invariants if inv["name"] == f.invariant}
+            if injected and valid == {True}:
                 not_seen.append({**f.describe(), "why": (
                     "a matching fault was injected and the invariant held: if upstream "
                     "fixed it, remove it from the file")})
+            elif injected and False in valid:
+                not_seen.append({**f.describe(), "why": (
+                    "the invariant failed, but not every violation fell in a window of "
+                    "this file's findings (or they could not all be told by window): "
+                    "judged as a new finding")})
         return {"file": self.path, "sha256": self.sha256, "chosen_by": self.chosen_by,
                 "findings": len(self.findings),
                 "matched": [{**self.findings[i].describe(), "violations": n}

@@ -157,6 +157,48 @@ def test_no_fault_is_valid_with_no_windows_and_memory_is_bounded():
     assert r.details["windows_not_shown"] == 8
 
 
+def test_every_window_s_violations_are_counted_by_window_shown_or_not():
+    """A known-findings file matches failover's violations by window. On a
+    long run most windows are no longer shown (the 72 h at x72 run: 50
+    windows, 12 with violations, 20 of 31 by shown window): every window's
+    violations must still be itemised, or no finding can cover them."""
+    p = Plan()
+    steady(p, 0, (MAX_WINDOW_ROWS + 8) * 20)
+    for i in range(MAX_WINDOW_ROWS + 8):
+        start = i * 20
+        p.fault(start, start + 12)
+        if i % 4 == 0:  # sent to the paused replica 6 and 7 s into the pause
+            p.request(start + 6, start + 12.1, "replica-1")
+            p.request(start + 7, start + 12.2, "replica-1")
+        p.request(start + 13, start + 13.1, "replica-1")
+    r = p.judge()
+    d = r.details
+    assert r.valid is False and d["windows_not_shown"] == 8
+    assert d["violations"] == 2 * 10 == sum(d["violations_by_window"].values())
+    assert len(d["violations_by_window"]) == 10
+    assert "process_pause@replica-1#1" in d["violations_by_window"]  # the first, not shown
+    assert "process_pause@replica-1#1" not in d["windows_shown"]
+
+
+def test_result_mid_run_changes_nothing():
+    """The endurance judge asks for a result at every interim file; a result
+    must not add the shown windows' figures again (an interim of the 72 h
+    at x72 run said 87 violations where the final pass found 31)."""
+    p = Plan()
+    steady(p, 0, 20)
+    p.fault(2, 14)
+    p.request(8.0, 14.1, "replica-1")
+    ops = sorted(p.ops, key=lambda o: o.time_ns)
+    checker = Failover()
+    checker.start(CTX)
+    for i, op in enumerate(ops):
+        checker.feed(replace(op, index=i))
+    first, again = checker.result(), checker.result()
+    assert first.details["violations"] == again.details["violations"] == 1
+    assert first.details["sent_after_bound"] == again.details["sent_after_bound"] == 1
+    assert len(again.counterexamples) == 1
+
+
 def test_failover_is_a_default_checker():
     assert Failover in DEFAULT_CHECKERS
 

@@ -132,6 +132,16 @@ def test_a_listed_finding_that_did_not_occur_under_its_fault_is_reported():
                                          "target": "replica-0"}])["not_seen"] == []
 
 
+def test_a_failed_invariant_it_does_not_cover_is_never_said_to_have_held():
+    """Found by the 72 h at x72 run: failover failed with violations the
+    file could not match, and the summary said "the invariant held"."""
+    invs = [failed("process_pause@replica-1#1", "network_partition@replica-1#1")]
+    out = known_of(PAUSE).apply(invs, [{"kind": "process_pause", "target": "replica-1"}])
+    [entry] = out["not_seen"]
+    assert "held" not in entry["why"] and "new finding" in entry["why"], entry
+    assert summary(invs)["verdict"] == "fail"
+
+
 # -- on the real run's evidence -----------------------------------------------------------------
 
 def real_ops() -> list[Op]:
