@@ -36,7 +36,9 @@ shows. A request without a node in its answer that ended ``ok`` cannot be
 placed and is counted in ``unplaced``.
 
 Memory: the invoke time of each request in flight, one row per shown
-window, at most ``MAX_COUNTEREXAMPLES`` counterexamples.
+window, one ``violations_by_window`` entry per window with violations
+(shown or not: a known-findings file matches them all), at most
+``MAX_COUNTEREXAMPLES`` counterexamples.
 """
 
 from __future__ import annotations

@@ -24,7 +24,9 @@ too; this checker judges what they cost the users.
 
 Memory: one invoke record per request in flight, one row per shown window
 (``MAX_WINDOW_ROWS``; an older window is judged when it leaves the table and
-then counted only in the totals), at most ``MAX_COUNTEREXAMPLES`` examples.
+then counted in the totals and, when it missed, in ``violations_by_window``:
+one entry per missed window, so a known-findings file can cover every one),
+at most ``MAX_COUNTEREXAMPLES`` examples.
 """
 
 from __future__ import annotations
@@ -202,7 +204,8 @@ class FaultSLO(StreamingChecker):
         saved = dict(self.totals), list(self.examples), dict(self.by_window)
         try:
             shown = {label: self._judge(row) for label, row in self.rows.items()}
-            totals, examples, by_window = dict(self.totals), list(self.examples), self.by_window
+            totals, examples = dict(self.totals), list(self.examples)
+            by_window = dict(self.by_window)
         finally:
             self.totals, self.examples, self.by_window = saved
         t = self.t

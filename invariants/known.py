@@ -113,16 +113,21 @@ class KnownFindings:
                 continue
             injected = any(f.covers_window(w) for w in windows) if (f.fault or f.target) \
                 else False
-            valid = {inv.get("valid") for inv in invariants if inv["name"] == f.invariant}
-            if injected and valid == {True}:
-                not_seen.append({**f.describe(), "why": (
-                    "a matching fault was injected and the invariant held: if upstream "
-                    "fixed it, remove it from the file")})
-            elif injected and False in valid:
-                not_seen.append({**f.describe(), "why": (
-                    "the invariant failed, but not every violation fell in a window of "
-                    "this file's findings (or they could not all be told by window): "
-                    "judged as a new finding")})
+            results = [inv for inv in invariants if inv["name"] == f.invariant]
+            if not injected or not results:
+                continue
+            if all(r.get("valid") is True for r in results):
+                why = ("a matching fault was injected and the invariant held: if upstream "
+                       "fixed it, remove it from the file")
+            elif all(r.get("valid") is True or (r.get("valid") is False and r.get("known"))
+                     for r in results):
+                why = ("a matching fault was injected and none of the invariant's violations "
+                       "fell in its windows (other findings of the file covered them)")
+            else:
+                # Failed with violations no finding covers (judged a new finding), or
+                # not judged: whether this finding occurred cannot be told.
+                continue
+            not_seen.append({**f.describe(), "why": why})
         return {"file": self.path, "sha256": self.sha256, "chosen_by": self.chosen_by,
                 "findings": len(self.findings),
                 "matched": [{**self.findings[i].describe(), "violations": n}

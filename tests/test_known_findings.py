@@ -137,9 +137,21 @@ def test_a_failed_invariant_it_does_not_cover_is_never_said_to_have_held():
     file could not match, and the summary said "the invariant held"."""
     invs = [failed("process_pause@replica-1#1", "network_partition@replica-1#1")]
     out = known_of(PAUSE).apply(invs, [{"kind": "process_pause", "target": "replica-1"}])
-    [entry] = out["not_seen"]
-    assert "held" not in entry["why"] and "new finding" in entry["why"], entry
+    assert out["not_seen"] == [] and out["matched"] == []
     assert summary(invs)["verdict"] == "fail"
+
+
+def test_a_finding_whose_fault_stayed_in_bounds_beside_a_known_one_is_not_seen():
+    """Pause and partition both listed and injected, every violation in a
+    pause window: failover is known, and the partition finding did not occur."""
+    cut = KnownFinding("failover", "cut off", "T-2", "network_partition", "*replica-*")
+    invs = [failed("process_pause@replica-1#1", "process_pause@replica-1#2")]
+    out = known_of(PAUSE, cut).apply(invs, [{"kind": "process_pause", "target": "replica-1"},
+                                            {"kind": "network_partition",
+                                             "target": "replica-1"}])
+    assert invs[0]["known"] and summary(invs)["verdict"] == "pass"
+    [entry] = out["not_seen"]
+    assert entry["reason"] == "cut off" and "none of the invariant's violations" in entry["why"]
 
 
 # -- on the real run's evidence -----------------------------------------------------------------
