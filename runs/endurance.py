@@ -140,6 +140,13 @@ class EndurancePlan:
     # long-output workload). The hold floor is at least this many requests
     # at ``rate`` (8 at the default 8 req/s: x20's 1 s, unchanged).
     min_window_requests: float = 8.0
+    # The checkers' after-heal window (SLOTargets.after_heal_s, set from the
+    # run's --slo). A compressed plan keeps a steady stretch before its first
+    # fault and after each cycle of kinds (``steady_gap_s``): without one,
+    # every after-heal window ran into the next fault and no request was
+    # steady-state, so slo_latency, goodput and error_rate had nothing to
+    # judge (72 h at x72, 2026-12-03: `unknown`).
+    after_heal_window_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.time_scale <= 0:
@@ -153,9 +160,10 @@ class EndurancePlan:
         if self.replicas < 1:
             raise ConfigError("endurance needs at least one replica")
         if min(self.min_hold_wall_s, self.min_quiet_wall_s, self.restart_wall_s,
-               self.min_window_requests) < 0:
+               self.min_window_requests, self.after_heal_window_s) < 0:
             raise ConfigError("endurance: the wall-clock floors (min hold, min quiet, restart "
-                              "time, requests per window) must be 0 or more")
+                              "time, requests per window, after-heal window) must be 0 or "
+                              "more")
         if not self.rate > 0:
             raise ConfigError(f"endurance: a rate of {self.rate} req/s; give --load-rate (or a "
                               "workload file's [arrival] rate) above 0")
@@ -166,6 +174,13 @@ class EndurancePlan:
         ``min_hold_wall_s``, or longer where the rate needs it to meet
         ``min_window_requests``."""
         return max(self.min_hold_wall_s, self.min_window_requests / self.rate)
+
+    @property
+    def steady_gap_s(self) -> float:
+        """The quiet a compressed schedule keeps before its first fault and
+        after each cycle of kinds: the after-heal window, then
+        ``min_window_requests`` at ``rate`` that no fault window holds."""
+        return self.after_heal_window_s + self.min_window_requests / self.rate
 
     @property
     def run_s(self) -> float:
@@ -216,17 +231,19 @@ class EndurancePlan:
         the plan puts after the previous one ended (its heal, plus
         ``restart_wall_s`` after a restart), moved later if needed to leave
         ``min_quiet_wall_s`` of quiet, and held ``max(its hold,
-        hold_floor_s)``; none is kept that would end within the tail. So
-        a kept fault runs at its nominal (scaled) time or at most a quiet
-        later, with its parameters and target: the run stays aligned with
-        the plan it rehearses."""
+        hold_floor_s)``; none is kept that would end within the tail. The
+        first fault, and the first of each new cycle of kinds, is picked
+        only after ``steady_gap_s`` more, so the run has steady-state
+        requests to judge the SLO by. So a kept fault runs at its nominal
+        (scaled) time or at most a quiet later, with its parameters and
+        target: the run stays aligned with the plan it rehearses."""
         if not self.floors_bind(steps):
             return list(steps), None
         pairs = pairs_of(steps)
         order = list(dict.fromkeys(i.kind for i, _ in pairs))
         last_end = self.run_s - max(self.tail_s / self.time_scale, self.min_quiet_wall_s)
         kept: list[Step] = []
-        t, turn, i = 0.0, 0, 0
+        t, turn, i = self.steady_gap_s, 0, 0
         while i < len(pairs) and order:
             want = order[turn % len(order)]
             j = next((j for j in range(i, len(pairs))
@@ -243,7 +260,8 @@ class EndurancePlan:
             # The heal's step says it has `allow` s: the nemesis then pushes
             # the schedule back only by a restart slower than that.
             kept += [replace(inject, at_s=at), replace(heal, at_s=at_heal, allow_s=allow)]
-            t, turn, i = end, turn + 1, j + 1
+            turn, i = turn + 1, j + 1
+            t = end + (self.steady_gap_s if turn % len(order) == 0 else 0.0)
         per_kind = Counter(s.kind for s in kept if s.action == "inject")
         return kept, {
             "why": (f"at --time-scale {self.time_scale:g} a scaled hold or quiet falls under "
@@ -251,7 +269,8 @@ class EndurancePlan:
                     + (f": {self.min_window_requests:g} requests at {self.rate:g} req/s"
                        if self.hold_floor_s > self.min_hold_wall_s else "")
                     + f", quiet "
-                    f"{self.min_quiet_wall_s:g} s, {self.restart_wall_s:g} s after a restart)"),
+                    f"{self.min_quiet_wall_s:g} s, {self.restart_wall_s:g} s after a restart; "
+                    f"{self.steady_gap_s:g} s steady before each cycle of kinds)"),
             "nominal_faults": len(pairs), "kept_faults": len(kept) // 2,
             "kept_per_kind": dict(per_kind)}
 

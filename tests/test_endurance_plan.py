@@ -301,6 +301,36 @@ def test_a_72_hour_plan_at_x72_is_thinned_to_fit_the_wall_clock_floors():
     plan.require_every_kind()  # accepted as it is
 
 
+def test_a_compressed_plan_keeps_a_steady_stretch_before_each_cycle_of_kinds():
+    """72 h at x72 (2026-12-03) ran to its end with every after-heal window
+    running into the next fault: no steady-state request, slo_latency,
+    goodput and error_rate `unknown`. The thinned plan now keeps, before its
+    first fault and after each cycle of kinds, the checkers' after-heal
+    window plus min_window_requests at the rate, with no fault in it."""
+    from runs.endurance import RESTARTING_KINDS, pairs_of
+
+    for rate, after_heal in ((1.0, 30.0), (8.0, 30.0), (1.0, 10.0)):
+        plan = EndurancePlan(duration_s=72 * 3600, time_scale=72, seed=7, rate=rate,
+                             after_heal_window_s=after_heal)
+        assert plan.steady_gap_s == after_heal + 8 / rate
+        pairs = pairs_of(plan.schedule())
+        assert pairs[0][0].at_s >= plan.steady_gap_s
+        steady = [pairs[0][0].at_s]
+        for n, ((_, heal), (nxt, _)) in enumerate(zip(pairs, pairs[1:]), start=1):
+            allow = plan.restart_wall_s if heal.kind in RESTARTING_KINDS else 0.0
+            gap = nxt.at_s - heal.at_s - allow
+            if n % 12 == 0:  # a new cycle of the twelve kinds begins
+                steady.append(gap)
+                assert gap >= plan.steady_gap_s + plan.min_quiet_wall_s - 1e-6, (n, gap)
+        # about one steady stretch per 12 faults, each time enough requests
+        # after the after-heal window
+        assert len(steady) == len(pairs) // 12 + (len(pairs) % 12 > 0)
+        assert min(steady) * rate - after_heal * rate >= 8 - 1e-6
+        plan.require_every_kind()
+    # Plans that are not thinned (x1-x20 at 8 req/s) are unchanged.
+    assert EndurancePlan(duration_s=3 * 3600, time_scale=20, seed=2).thinning() is None
+
+
 def test_the_hold_floor_follows_the_request_rate():
     """A fault held 1 s at 1 req/s meets 0-5 requests: its effect cannot be
     seen (the first hour of 72 h at x72 at the long-output workload's
