@@ -95,10 +95,18 @@ def snapshot(pids: list[int]) -> list[Member]:
 
 
 def is_same(member: Member) -> bool:
-    """The recorded process, and not a later one that reuses its pid."""
-    return (procfs.start_time(member.pid) == member.start_time
-            and procfs.pgid(member.pid) == member.pgid
-            and cluster_label(member.pid) == member.label)
+    """The recorded process, and not a later one that reuses its pid: the
+    pid with its start time names one process per boot. The label must
+    still match where it can be read; it cannot be once a member that
+    overwrote its environment (vLLM's "VLLM::EngineCore") has lost its group
+    leader, and such a member is then still ours (CI, 2026-12-03: an
+    EngineCore outlived its SIGKILLed API server for 46 minutes, unseen by
+    the orphan check and by every teardown, because its label read None)."""
+    if (procfs.start_time(member.pid) != member.start_time
+            or procfs.pgid(member.pid) != member.pgid):
+        return False
+    label = cluster_label(member.pid)
+    return label is None or label == member.label
 
 
 def scope_pids(node: Node, scope: str, kind: str) -> list[int]:

@@ -121,6 +121,52 @@ def test_a_process_outside_the_group_that_outlives_the_kill_is_found_and_ended(
     assert procfs.start_time(outside[0].pid) is None  # gone (or a zombie to be reaped)
 
 
+# A child that stays in the group with no environment of its own, as vLLM's
+# EngineCore (its rename overwrites its environment block): its label is
+# read from its leader, and after the leader's SIGKILL from nowhere.
+BLANK = r"""
+import http.server, subprocess, sys
+port = int(sys.argv[1])
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env={})
+class Ok(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
+http.server.HTTPServer(("127.0.0.1", port), Ok).serve_forever()
+"""
+
+
+def test_a_member_without_a_label_of_its_own_that_outlives_its_leader_is_an_orphan(tmp_path):
+    """CI, 2026-12-03: an EngineCore outlived its SIGKILLed API server for 46
+    minutes; the orphan check read its label as None once the leader was
+    gone, took it for another process, and neither it nor any teardown
+    ended it."""
+    port = free_ports(1)[0]
+    proc = ManagedProcess("blank", [sys.executable, "-c", BLANK, str(port)],
+                          dict(os.environ), tmp_path / "blank.log", "orphan-test")
+    node = LocalNode("blank", "replica", Endpoint("127.0.0.1", port), proc, hint="")
+    node.start()
+    members = []
+    try:
+        node.wait_ready(30)
+        members = node_members(node)
+        [child] = [m for m in members if m.pid != node.pid]
+        assert child.pgid == node.pid and child.label == "orphan-test", child
+        fault = ProcessKill(node, "orphan-test", Ledger(tmp_path / "ledger"), restart=False,
+                            scope="api_server", orphan_bound_s=1.0)
+        fault.inject()
+        healed = fault.heal()
+        assert [o["pid"] for o in healed["orphans"]] == [child.pid], healed
+        assert healed["orphans_ended"] == [child.pid]
+        assert not is_same(child)
+    finally:
+        node.stop(grace=2)
+        for m in members:  # a failed test's child: ours, by pid and start time
+            if is_same(m):
+                os.kill(m.pid, signal.SIGKILL)
+
+
 def test_scopes_are_checked_before_anything_changes(escaping_node, tmp_path):
     with pytest.raises(FaultError, match="scope 'everything' is unknown"):
         ProcessKill(escaping_node, "t", Ledger(tmp_path / "l"), scope="everything")
