@@ -232,12 +232,17 @@ class OrdealRun:
         router_watch = (asyncio.create_task(watch_router())
                         if router is not None and grace else None)
 
+        # When each nemesis task ended (its last heal): the after-heal time
+        # counts from there. The runner asks ``settled`` only once the
+        # load's duration has passed, so the time of that first question
+        # would add the rest of the duration to every after-heal window.
+        for t in nemesis:
+            t.add_done_callback(lambda _t: healed_at.append(time.monotonic()))
+
         def settled() -> bool:
-            if not all(t.done() for t in nemesis):
+            if len(healed_at) < len(nemesis):  # a task not done (or its callback not yet run)
                 return False
-            if not healed_at:
-                healed_at.append(time.monotonic())
-            return not nemesis or time.monotonic() - healed_at[0] >= after_heal_s
+            return not nemesis or time.monotonic() - max(healed_at) >= after_heal_s
 
         try:
             try:

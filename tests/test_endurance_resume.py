@@ -1,8 +1,8 @@
 """An endurance run whose harness is SIGKILLed mid-run, then resumed with
 ``--resume`` (issue 7), on the real cluster, through pytest as a user runs it.
 
-The run is the endurance suite at CI size (``--duration 15m --time-scale
-6``: 150 s of load, one replica, two fault kinds a single replica rides
+The run is the endurance suite at CI size (``--duration 12m --time-scale
+6``: 120 s of load, one replica, two fault kinds a single replica rides
 out). The harness is killed once the load has run a minute and a fault
 has been injected; the resumed harness reaps the dead one's cluster, heals
 its faults, starts a fresh cluster and runs the rest of the schedule. The
@@ -36,7 +36,7 @@ KINDS = "network_latency,clock_drift"
 def suite(runs: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "pytest", str(REPO / "suites" / "test_endurance.py"),
             "-m", "endurance", "-p", "no:cacheprovider", "-q", "--runs-dir", str(runs),
-            "--replicas", "1", "--duration", "15m", "--time-scale", "6", "--faults", KINDS,
+            "--replicas", "1", "--duration", "12m", "--time-scale", "6", "--faults", KINDS,
             "--progress-every", "15s", "--interim-every", "30s", *extra]
 
 

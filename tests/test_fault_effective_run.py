@@ -15,6 +15,7 @@ from faults.ledger import Ledger
 from faults.network_partition import NetworkPartition
 from load.workload import WorkloadSpec
 from nodes.ports import free_ports
+from ordeal.history.ops import HARNESS
 from ordeal.history.reader import read_history
 from ordeal.topology import Endpoint
 from reports.run_dir import RunDir
@@ -44,7 +45,7 @@ def test_a_partition_nobody_feels_makes_the_run_unknown_with_that_reason(
     ghost = AtAnUnusedPort(ordeal_cluster.replicas()[0], free_ports(1)[0])
     fault = NetworkPartition(ghost, run.run_id, Ledger())
     run.load(WorkloadSpec(duration_s=10.0, rate=3.0, seed=23, max_tokens=(4, 8)),
-             faults=[PlannedFault(fault, after_s=2.0, hold_s=5.0)], after_heal_s=2.0)
+             faults=[PlannedFault(fault, after_s=1.0, hold_s=2.0)], after_heal_s=4.0)
     run.check()
     summary = run.finish()
     by_name = {i["name"]: i for i in summary["invariants"]}
@@ -64,3 +65,9 @@ def test_a_partition_nobody_feels_makes_the_run_unknown_with_that_reason(
     heals = [op for op in read_history(run.run_dir.history_path)
              if op.process == "nemesis" and op.f == "heal" and op.value.get("phase") == "end"]
     assert heals[0].value["effect"]["effective"] is False
+    # The load ran its 10 s: the heal (at ~3 s) plus its 4 s after-heal time
+    # ended inside them, so nothing was added past the duration (the
+    # after-heal time once counted from the end of the duration: 14 s).
+    invokes = [op.time_ns for op in read_history(run.run_dir.history_path)
+               if op.type == "invoke" and op.process not in HARNESS]
+    assert (invokes[-1] - invokes[0]) / 1e9 < 10.0 + 4.0 / 2, (invokes[0], invokes[-1])
