@@ -26,7 +26,7 @@ from typing import Any
 
 from bench.common import PY, RESULTS, ROOT, machine, progress, write_json, written
 
-ALL = ["load", "agreement", "proxy", "faults", "bringup", "checkers"]
+ALL = ["load", "workers", "agreement", "proxy", "faults", "bringup", "checkers"]
 
 
 def run_proxy(quick: bool) -> None:
@@ -100,6 +100,17 @@ def rows() -> list[dict[str, Any]]:
                     f"over {len(ratios)} steps", f"x{med:.2f}", "x1.00",
                     " ".join(f"{x:.2f}" for x in ratios), ">= x1.00 (same capacity)",
                     med >= 0.95, "" if med >= 0.95 else f"{(1 - med) * 100:.0f}% less")
+    wk = load("workers")
+    if wk:
+        ms = wk["max_sustained"]
+        one, two = ms.get("1 worker"), ms.get("2 workers")
+        ok = None if not one or not two else two / one >= 1.8
+        add("1 load", f"--load-workers 2 on 2 cores / one process on 1 core, max sustained "
+            f"req/s ({wk['tokens']} tok; clients on cores {wk['client_cores']}, "
+            f"{wk['servers']} servers on {wk['server_cores'] or 'the same cores'}, "
+            f"{wk.get('cores_on_machine')} on the machine)", two, f"{one} (1 process)",
+            f"x{two / one:.2f}" if one and two else "", ">= x1.80", ok,
+            "" if ok in (None, True) else f"x{two / one:.2f}")
     ag = load("agreement")
     if ag:
         control = ag.get("concurrent_control", {}).get("pooled", {})
@@ -244,6 +255,9 @@ def main() -> int:
             if name == "load":
                 from bench import bench_load
                 bench_load.run(args.quick, args.load_pin)
+            elif name == "workers":
+                from bench import bench_workers
+                bench_workers.run(args.quick)
             elif name == "agreement":
                 from bench import bench_agreement
                 bench_agreement.run(args.quick)

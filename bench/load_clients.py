@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 UNIFORM = 1e6  # gamma shape: arrivals at a steady pace, the same for both clients
 
 
-def cpu_now() -> float:
+def cpu_self() -> float:
+    """This process's CPU seconds (load workers report their own)."""
     u = resource.getrusage(resource.RUSAGE_SELF)
     return u.ru_utime + u.ru_stime
 
@@ -71,6 +72,7 @@ def stamps(text: str) -> list[int]:
 # -- Ordeal's client ---------------------------------------------------------
 
 def run_ordeal(args: argparse.Namespace) -> dict[str, Any]:
+    from load.workers import run_in_workers
     from load.workload import WorkloadRunner, WorkloadSpec, plan_requests
     from ordeal.history.reader import read_history
     from ordeal.history.writer import History
@@ -85,9 +87,14 @@ def run_ordeal(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="ordeal-bench-load-"))
     hist = History(tmp / "history.jsonl")
     runner = WorkloadRunner(spec, args.url, hist, progress=None)
-    c0, w0 = cpu_now(), time.monotonic()
-    asyncio.run(runner.run())
-    cpu_s, wall_s = cpu_now() - c0, time.monotonic() - w0
+    c0, w0 = cpu_self(), time.monotonic()
+    asyncio.run(runner.run() if args.workers == 1 else run_in_workers(runner, args.workers))
+    # From the load's start: with load workers, their start-up (spawn,
+    # imports: ~1 s of CPU each, once a run) is left out, on both counts.
+    wall_s = time.monotonic() - runner.t0
+    args.workers_cpu_s = getattr(runner, "worker_cpu_s", 0.0)
+    cpu_s = cpu_self() - c0 + args.workers_cpu_s
+    w0 = runner.t0
     args.window = (w0, w0 + wall_s)
     hist.close()
     plan = [] if closed else [p.at_s for p in plan_requests(spec, limit_s=args.duration)]
@@ -195,15 +202,20 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--itl-ms", type=float, default=10.0, help="the server's, for sizing")
     ap.add_argument("--cpu", type=int, default=None, help="pin to this core")
+    ap.add_argument("--cpus", default=None, help="pin to these cores (e.g. 0,1), workers too")
+    ap.add_argument("--workers", type=int, default=1, help="ordeal: load worker processes")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
+    if args.cpus:
+        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     import logging
     logging.disable(logging.WARNING)
     out = run_ordeal(args) if args.client == "ordeal" else run_vllm(args)
     out.update({"t_start": args.window[0], "t_end": args.window[1], "client": args.client, "rate": args.rate, "concurrency": args.concurrency,
-                "duration_s": args.duration, "tokens": args.tokens})
+                "duration_s": args.duration, "tokens": args.tokens,
+                "workers": args.workers, "workers_cpu_s": r(getattr(args, "workers_cpu_s", 0.0))})
     Path(args.out).write_text(json.dumps(out, indent=2))
 
 

@@ -2,7 +2,7 @@
 bottleneck when a load generator is measured (bench/bench_load.py), and a
 real process for the fault-effect bench (bench/bench_faults.py).
 
-    python bench/sse_server.py --port P [--itl-ms 10] [--tokens N] [--cpu C]
+    python bench/sse_server.py --port P [--itl-ms 10] [--tokens N] [--cpu C] [--reuse-port]
 
 Raw asyncio protocol (uvloop when importable), HTTP/1.1 keep-alive, chunked
 transfer like vLLM's server. Every stream gets a token every ``--itl-ms`` from
@@ -184,11 +184,12 @@ class Http(asyncio.Protocol):
         self.engine.add(Stream(self.t, tokens, rid, ptoks))
 
 
-async def serve(port: int, host: str, itl_s: float) -> None:
+async def serve(port: int, host: str, itl_s: float, reuse_port: bool = False) -> None:
     loop = asyncio.get_running_loop()
     engine = Engine(itl_s)
     Http.engine = engine
-    server = await loop.create_server(Http, host, port, backlog=4096, reuse_address=True)
+    server = await loop.create_server(Http, host, port, backlog=4096, reuse_address=True,
+                                      reuse_port=reuse_port or None)
     task = asyncio.create_task(engine.run())
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -209,6 +210,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--itl-ms", type=float, default=10.0)
     ap.add_argument("--tokens", type=int, default=None, help="force this many tokens per stream")
     ap.add_argument("--cpu", type=int, default=None, help="pin to this core")
+    ap.add_argument("--reuse-port", action="store_true",
+                    help="SO_REUSEPORT: several servers on one port share the connections "
+                         "(bench/bench_workers.py, so the server is not the limit)")
     args = ap.parse_args(argv)
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
@@ -218,7 +222,7 @@ def main(argv: list[str] | None = None) -> None:
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(serve(args.port, args.host, args.itl_ms / 1000))
+    asyncio.run(serve(args.port, args.host, args.itl_ms / 1000, args.reuse_port))
 
 
 if __name__ == "__main__":

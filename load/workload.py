@@ -933,8 +933,16 @@ class WorkloadRunner:
 
     def __init__(self, spec: WorkloadSpec, base_url: str, history: History,
                  progress: Progress | None = None, progress_every_s: float = 5.0,
-                 client: Callable[[], EngineClient] | None = None):
+                 client: Callable[[], EngineClient] | None = None,
+                 share: tuple[int, int] = (0, 1)):
+        """``share`` (i, n): send only the plan's requests whose seq % n
+        is i (a load worker's part: load/workers.py runs the load in
+        several processes)."""
         self.make_client = client or (lambda: OpenAIClient(spec, base_url))
+        self.share = share
+        # A load worker's (load/workers.py): may the request due at this
+        # time (time.monotonic()) be sent? Waits for the parent to say.
+        self.gate: Callable[[float], Awaitable[bool]] | None = None
         self.spec = spec
         self.base_url = base_url.rstrip("/")
         require_ours(url_endpoint(self.base_url), "load")  # before any request is sent
@@ -950,6 +958,10 @@ class WorkloadRunner:
     def stop(self) -> None:
         """Stop sending new requests; those in flight still complete."""
         self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
 
     async def _one(self, client: Any, process: int | str, req: PlannedRequest,
                    due: float | None = None, queued: bool = False) -> None:
@@ -994,7 +1006,8 @@ class WorkloadRunner:
         self.history.append(outcome.type, process, f,
                             {"seq": req.seq, **outcome.value}, outcome.error)
 
-    async def _report(self, t0: float) -> None:
+    async def report_progress(self, t0: float) -> None:
+        """A progress line every ``progress_every_s`` (until cancelled)."""
         while True:
             await asyncio.sleep(self.progress_every_s)
             c = self.history.counts
@@ -1004,10 +1017,12 @@ class WorkloadRunner:
                               f"info {c['info']} in flight {self.in_flight}")
 
     async def run(self, until: Callable[[], bool] | None = None,
-                  max_s: float | None = None) -> None:
+                  max_s: float | None = None, t0: float | None = None) -> None:
         """Run for ``duration_s``, and on past it while ``until`` says False
-        (e.g. a fault has not healed yet), but never past ``max_s``."""
-        t0 = time.monotonic()
+        (e.g. a fault has not healed yet), but never past ``max_s``. The
+        plan's times count from ``t0`` (time.monotonic(); default: now),
+        which load workers share."""
+        t0 = self.t0 = time.monotonic() if t0 is None else t0
         hard_stop = t0 + (max_s if max_s is not None else self.spec.duration_s)
 
         def over() -> bool:
@@ -1016,7 +1031,7 @@ class WorkloadRunner:
                 return True
             return now - t0 >= self.spec.duration_s and (until is None or until())
 
-        reporter = asyncio.create_task(self._report(t0))
+        reporter = asyncio.create_task(self.report_progress(t0))
         client = self.make_client()
         try:
             if self.spec.mode == "closed":
@@ -1029,6 +1044,10 @@ class WorkloadRunner:
         if self.history_failure is not None:
             raise self.history_failure
 
+    def _mine(self, req: PlannedRequest) -> bool:
+        i, n = self.share
+        return n == 1 or req.seq % n == i
+
     async def _open(self, client: Any, t0: float, over: Callable[[], bool]) -> None:
         tasks: set[asyncio.Task[None]] = set()
         sem = asyncio.Semaphore(self.spec.max_in_flight)
@@ -1040,10 +1059,12 @@ class WorkloadRunner:
 
         try:
             for req in plan_requests(self.spec):
+                if not self._mine(req):
+                    continue
                 delay = t0 + req.at_s - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                if over():
+                if over() or (self.gate is not None and not await self.gate(t0 + req.at_s)):
                     break
                 task = asyncio.create_task(bounded(req))
                 tasks.add(task)
@@ -1055,10 +1076,13 @@ class WorkloadRunner:
                 t.cancel()
 
     async def _closed(self, client: Any, over: Callable[[], bool]) -> None:
-        plan = plan_requests(self.spec)
+        plan = (req for req in plan_requests(self.spec) if self._mine(req))
 
         async def loop(cid: int) -> None:
             while not over():
+                if self.gate is not None and not await self.gate(time.monotonic()):
+                    return
                 await self._one(client, f"c{cid}", next(plan))
 
-        await asyncio.gather(*(loop(i) for i in range(self.spec.concurrency)))
+        i, n = self.share  # a worker's streams: c{i}, c{i+n}, ...
+        await asyncio.gather(*(loop(c) for c in range(i, self.spec.concurrency, n)))

@@ -29,8 +29,10 @@ from invariants.known import KnownFindings
 from load.health_probe import HealthProbe
 from load.monitor import Monitor
 from load.router_watch import DEFAULT_GRACE_S, RouterGone, RouterWatch
+from load.workers import run_in_workers
 from load.workload import WorkloadRunner, WorkloadSpec, describe_spec, spec_to_dict
 from load.workload_file import WorkloadFile
+from ordeal.config import ConfigError
 from ordeal.history.ops import MONITOR, NEMESIS, Op, utc_iso
 from ordeal.history.reader import read_history
 from ordeal.history.writer import History
@@ -97,6 +99,8 @@ class OrdealRun:
         # "settings" says what the run was judged with.
         self.judged_settings: CheckerSettings | None = None
         self.drain_s = 3.0  # wait after the load before the drained sample
+        # --load-workers: the load in this many processes (load/workers.py).
+        self.load_workers = 1
         self.schedule: list[dict[str, Any]] = []
         self.summary_extra: dict[str, Any] = {}  # keys a suite adds to summary.json
         # Why the run stopped before its end (the router died for good), or
@@ -165,6 +169,11 @@ class OrdealRun:
             self.engine_mark = self.engine.mark(self.cluster)
         except Exception as e:  # noqa: BLE001 - reported by the check, never fatal
             self.engine_mark = {"error": f"{type(e).__name__}: {e}"}
+        workers = getattr(self, "load_workers", 1)
+        if workers > 1 and self.engine.name != "vllm":
+            raise ConfigError(f"--load-workers {workers}: the load workers speak the OpenAI "
+                              f"API only; --engine {self.engine.name} runs its load in one "
+                              "process (give --load-workers 1)")
         runner = WorkloadRunner(spec, entry, self.history, progress=self.progress,
                                 progress_every_s=getattr(self, "load_progress_every_s", 5.0),
                                 client=lambda: self.engine.client(spec, entry, self.cluster))
@@ -246,11 +255,18 @@ class OrdealRun:
 
         try:
             try:
-                await runner.run(until=settled, max_s=max(max_s, spec.duration_s))
+                if workers > 1:  # the same load from several processes
+                    await run_in_workers(runner, workers,
+                                         getattr(self.cluster, "client_options", None),
+                                         until=settled, max_s=max(max_s, spec.duration_s))
+                else:
+                    await runner.run(until=settled, max_s=max(max_s, spec.duration_s))
             except BaseException:
                 for t in nemesis:
                     t.cancel()  # the load is over: heal now (they heal in their finally)
                 raise
+            finally:  # a load worker that died (its requests are info ops with why)
+                self.errors.extend(getattr(runner, "worker_errors", []))
             if gone or (watcher is not None and watcher.done()):
                 pass  # stopped on purpose; the nemesis was cancelled and heals
             elif not all(t.done() for t in nemesis):
@@ -355,6 +371,7 @@ class OrdealRun:
             errors=self.errors, schedule=self.schedule,
             duration_s=time.monotonic() - self._t0)
         self.summary["stopped"] = self.stop_reason
+        self.summary["load_workers"] = getattr(self, "load_workers", 1)
         if self.workload is not None:
             self.summary["workload_effective"] = describe_spec(self.workload)
         if self.workload_file is not None:

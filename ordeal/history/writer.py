@@ -202,7 +202,6 @@ class History:
         value: dict[str, Any] | None = None,
         error: str | None = None,
     ) -> Op:
-        sealed = False
         with self._lock:
             if self._file is None:
                 raise RuntimeError(f"history {self.path} is closed; no op can be added")
@@ -216,25 +215,53 @@ class History:
                 value=value or {},
                 error=error,
             )
-            line = (op.to_json() + "\n").encode()
-            self._write(line)
-            self._next_index += 1
-            if self._chunk_ops == 0:
-                self._chunk_first = op.index
-                self._chunk_started = time.monotonic()
-            self._chunk_ops += 1
-            self._chunk_bytes += len(line)
-            self._chunk_crc = crc32c.crc32c(line, self._chunk_crc)
-            if process == NEMESIS:
-                self.nemesis_counts[type] += 1
-            elif process != MONITOR:
-                self.counts[type] += 1
-            if (self._chunk_ops >= self._max_ops or self._chunk_bytes >= self._max_bytes
-                    or time.monotonic() - self._chunk_started >= self._flush_interval):
-                sealed = self._seal_locked()
+            sealed = self._commit_locked((op.to_json() + "\n").encode(), type, process)
         if sealed:
             _SEALER.poke()  # the fsync, off this thread
         return op
+
+    def append_encoded(self, type: OpType, process: int | str, f: str, value_json: str,
+                       error: str | None = None) -> int:
+        """``append`` for a value already encoded as JSON (compact, not
+        ASCII-escaped, as ``Op.to_json`` does): the same line, byte for
+        byte. A load worker encodes its ops' values itself
+        (load/workers.py), so the one writer does not spend its core on
+        them. Returns the op's index."""
+        with self._lock:
+            if self._file is None:
+                raise RuntimeError(f"history {self.path} is closed; no op can be added")
+            index = self._next_index
+            head = json.dumps({"index": index,
+                               "time_ns": time.monotonic_ns() + self._time_offset_ns,
+                               "wall": utc_iso(), "type": type, "process": process, "f": f},
+                              separators=(",", ":"), ensure_ascii=False)
+            line = (f'{head[:-1]},"value":{value_json},"error":'
+                    f'{json.dumps(error, ensure_ascii=False)}}}\n').encode()
+            sealed = self._commit_locked(line, type, process)
+        if sealed:
+            _SEALER.poke()
+        return index
+
+    def _commit_locked(self, line: bytes, type: OpType, process: int | str) -> bool:
+        """One op's line into the file and the open chunk (the lock held);
+        True when the chunk was sealed and wants its fsync."""
+        self._write(line)
+        index = self._next_index
+        self._next_index += 1
+        if self._chunk_ops == 0:
+            self._chunk_first = index
+            self._chunk_started = time.monotonic()
+        self._chunk_ops += 1
+        self._chunk_bytes += len(line)
+        self._chunk_crc = crc32c.crc32c(line, self._chunk_crc)
+        if process == NEMESIS:
+            self.nemesis_counts[type] += 1
+        elif process != MONITOR:
+            self.counts[type] += 1
+        if (self._chunk_ops >= self._max_ops or self._chunk_bytes >= self._max_bytes
+                or time.monotonic() - self._chunk_started >= self._flush_interval):
+            return self._seal_locked()
+        return False
 
     def _write(self, data: bytes) -> None:
         try:

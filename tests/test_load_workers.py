@@ -1,0 +1,173 @@
+"""The load from several processes (``--load-workers``, load/workers.py).
+
+Against the session cluster (real vLLM replicas behind vllm-router): two
+worker processes share the seeded plan and the parent alone writes the one
+history. The shares are checked against the plan itself (``plan_requests``,
+independent of the workers), every request against the replicas' own
+served journals, and a worker SIGKILLed mid-run must leave its requests in
+flight recorded as ``info`` with why while the other worker goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from load.monitor import node_journal
+from load.workers import check_workers, run_in_workers
+from load.workload import WorkloadRunner, WorkloadSpec, plan_requests
+from ordeal.config import ConfigError
+from ordeal.history.reader import read_history
+from ordeal.history.writer import History
+from ordeal.journal import JournalTail
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_the_shares_of_n_workers_are_the_plan_once():
+    spec = WorkloadSpec(duration_s=5, rate=20, seed=3)
+    plan = [r.seq for r in plan_requests(spec, limit_s=5)]
+    for n in (1, 2, 3, 5):
+        got = []
+        for i in range(n):
+            runner = WorkloadRunner(spec, "http://127.0.0.1:9", None, share=(i, n))  # type: ignore[arg-type]
+            got += [r.seq for r in plan_requests(spec, limit_s=5) if runner._mine(r)]
+        assert sorted(got) == plan, n
+
+
+@pytest.mark.parametrize("bad", [0, -1, 257, 1.5, True, "2"])
+def test_a_bad_worker_count_is_refused_with_what_to_give(bad):
+    with pytest.raises(ConfigError, match="--load-workers .*whole number from 1"):
+        check_workers(bad)
+
+
+def test_bad_load_workers_stop_pytest_before_any_cluster(tmp_path):
+    for args, message in ((["--load-workers", "0"], "--load-workers 0: give a whole number"),
+                          (["--engine", "triton", "--load-workers", "2"],
+                           "--load-workers 2: the load workers speak the OpenAI API only")):
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "suites/test_smoke.py", "-m", "smoke",
+             "-p", "no:cacheprovider", "--runs-dir", str(tmp_path / "runs"), *args],
+            cwd=REPO, capture_output=True, text=True, timeout=120,
+            env={**os.environ, "ORDEAL_STATE_DIR": str(tmp_path / "state")})
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and message in out, out[-2000:]
+        assert "starting 2 vllm replica" not in out and "starting tritonserver" not in out, \
+            out[-2000:]
+
+
+def _ops(path: Path) -> list:
+    problems: list[str] = []
+    ops = list(read_history(path, on_error=problems.append))
+    assert not problems, problems
+    assert [o.index for o in ops] == list(range(len(ops)))
+    return ops
+
+
+@pytest.mark.cluster
+def test_two_workers_send_the_plan_once_and_the_replicas_saw_each_request(ordeal_cluster,
+                                                                           tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    spec = WorkloadSpec(duration_s=8, rate=10, seed=11, max_tokens=(4, 12))
+    tails = {n.name: JournalTail(node_journal(n)) for n in ordeal_cluster.replicas()}
+    said: list[str] = []
+    runner = WorkloadRunner(spec, ordeal_cluster.entrypoint.url, h, progress=said.append)
+    asyncio.run(run_in_workers(runner, 2))
+    h.close()
+    ops = _ops(tmp_path / "h.jsonl")
+    assert any("2 worker processes" in s for s in said), said
+    invokes = [o for o in ops if o.type == "invoke"]
+    # The plan's requests up to the stop, each once, from both workers: the
+    # one-process plan (plan_requests), not the workers' own account.
+    seqs = sorted(o.value["seq"] for o in invokes)
+    plan = [r.seq for r in plan_requests(spec)][:len(seqs)]
+    assert seqs == plan and len(seqs) >= 0.8 * spec.rate * spec.duration_s, seqs
+    by_worker = Counter(o.value["worker"] for o in invokes)
+    assert set(by_worker) == {0, 1}, by_worker
+    assert all(o.value["seq"] % 2 == o.value["worker"] for o in invokes)
+    # Every invoke has one completion, after it, and each was served.
+    open_: dict = {}
+    done = Counter()
+    for o in ops:
+        if o.type == "invoke":
+            assert o.process not in open_
+            open_[o.process] = o
+        else:
+            done[open_.pop(o.process).value["request_id"]] += 1
+            assert o.type == "ok", o
+    assert not open_ and set(done.values()) == {1}
+    # The replicas' own journals: each request id served once, by the node
+    # the client says.
+    served: dict[str, list[str]] = {}
+    for name, tail in tails.items():
+        entries, _begun, bad = tail.read_new()
+        assert bad == []
+        for rid, status, complete in entries:
+            assert (status, complete) == (200, True)
+            served.setdefault(rid, []).append(name)
+    rids = {o.process: o.value["request_id"] for o in invokes}
+    assert served == {rids[o.process]: [o.value["node"]] for o in ops if o.type == "ok"}
+
+
+@pytest.mark.cluster
+def test_a_worker_killed_mid_run_leaves_its_requests_as_info_and_the_other_goes_on(
+        ordeal_cluster, tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    # Long answers, so the killed worker has requests in flight.
+    spec = WorkloadSpec(duration_s=10, rate=6, seed=12, max_tokens=(150, 200), timeout_s=60)
+    said: list[str] = []
+    runner = WorkloadRunner(spec, ordeal_cluster.entrypoint.url, h, progress=said.append)
+
+    async def main() -> None:
+        load = asyncio.create_task(run_in_workers(runner, 2))
+        while not any("worker processes (pids" in s for s in said):
+            await asyncio.sleep(0.1)
+        line = next(s for s in said if "worker processes (pids" in s)
+        victim = int(line.split("(pids ", 1)[1].split(",")[0])
+        while runner.in_flight < 2:  # its share has requests out
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(3)
+        os.kill(victim, signal.SIGKILL)  # our own child, by its pid
+        await load
+
+    asyncio.run(main())
+    h.close()
+    ops = _ops(tmp_path / "h.jsonl")
+    assert any("load worker 0" in s and ("died" in s or "exited" in s) for s in said), said
+    assert runner.worker_errors and "load worker 0" in runner.worker_errors[0]
+    invokes = {o.process: o for o in ops if o.type == "invoke"}
+    ends = {o.process: o for o in ops if o.type != "invoke"}
+    assert set(invokes) == set(ends), "every invoke ends, the killed worker's too"
+    cut = [o for o in ends.values() if o.type == "info" and "load worker 0" in (o.error or "")]
+    assert cut and all(invokes[o.process].value["worker"] == 0 for o in cut), cut
+    # Worker 1 went on to the end of the load: it sent requests after the kill.
+    kill_index = min(o.index for o in cut)
+    assert any(o.value["worker"] == 1 and o.index > kill_index for o in invokes.values())
+    assert all(o.type == "ok" for o in ends.values() if invokes[o.process].value["worker"] == 1)
+
+
+def test_an_encoded_value_is_written_as_append_writes_it(tmp_path):
+    """A worker's op (value encoded in the worker) and the same op appended
+    whole read back alike, CRC checked, in one file."""
+    import json as _json
+
+    h = History(tmp_path / "h.jsonl")
+    value = {"seq": 3, "text": "é \u2028 \"q\"", "itl_ms": [1.5, 2.0], "stream": {"chunks": []}}
+    h.append("ok", 7, "chat", value, None)
+    h.append_encoded("ok", 7, "chat", _json.dumps(value, separators=(",", ":"),
+                                                   ensure_ascii=False), None)
+    h.append_encoded("info", 8, "chat", '{"seq":4}', "cut: reset")
+    h.close()
+    lines = [ln for ln in (tmp_path / "h.jsonl").read_text().splitlines() if '"index"' in ln]
+    strip = [ln.split(',"type"', 1)[1] for ln in lines]  # past index, time, wall
+    assert strip[0] == strip[1]
+    ops = _ops(tmp_path / "h.jsonl")
+    assert ops[0].value == ops[1].value == value and ops[1].index == 1
+    assert (ops[2].type, ops[2].error, ops[2].value) == ("info", "cut: reset", {"seq": 4})
