@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from faults import iptables
 from load.monitor import node_journal
 from load.workers import check_workers, run_in_workers
 from load.workload import WorkloadRunner, WorkloadSpec, plan_requests
@@ -171,3 +172,48 @@ def test_an_encoded_value_is_written_as_append_writes_it(tmp_path):
     ops = _ops(tmp_path / "h.jsonl")
     assert ops[0].value == ops[1].value == value and ops[1].index == 1
     assert (ops[2].type, ops[2].error, ops[2].value) == ("info", "cut: reset", {"seq": 4})
+
+
+@pytest.mark.cluster
+@pytest.mark.needs("iptables (root, CAP_NET_ADMIN)", iptables.unavailable_reason)
+def test_a_run_with_load_workers_goes_on_past_its_duration_until_the_heal(ordeal_cluster,
+                                                                         ordeal_say, tmp_path):
+    """OrdealRun.load with --load-workers 2: the workers go on past the
+    load's duration while the fault has not healed (the parent pushes the
+    horizon), then stop; the summary records the setting."""
+    from faults.ledger import Ledger
+    from faults.network_partition import NetworkPartition
+    from nodes.ports import free_ports
+    from ordeal.topology import Endpoint
+    from reports.run_dir import RunDir
+    from runs.run import OrdealRun, PlannedFault
+
+    class AtAnUnusedPort:  # a partition nobody feels (tests/test_fault_effective_run.py)
+        def __init__(self, node, port: int):
+            self.name, self.role, self.node = "unused-port", "replica", node
+            self.endpoint = Endpoint("127.0.0.1", port)
+
+        def is_running(self) -> bool:
+            return self.node.is_running()
+
+    run = OrdealRun(RunDir.create(tmp_path, "workers"), "workers", ordeal_cluster, ordeal_say)
+    run.load_workers = 2
+    fault = NetworkPartition(AtAnUnusedPort(ordeal_cluster.replicas()[0], free_ports(1)[0]),
+                             run.run_id, Ledger())
+    run.load(WorkloadSpec(duration_s=4.0, rate=6.0, seed=9, max_tokens=(4, 8)),
+             faults=[PlannedFault(fault, after_s=1.0, hold_s=5.0)], after_heal_s=2.0)
+    summary = run.finish()
+    assert summary["load_workers"] == 2 and not summary["errors"], summary["errors"]
+    ops = _ops(run.run_dir.history_path)
+    heal = next(o for o in ops if o.process == "nemesis" and o.f == "heal"
+                and o.value.get("phase") == "end")
+    invokes = [o for o in ops if o.type == "invoke"]
+    assert {o.value["worker"] for o in invokes} == {0, 1}
+    # The heal came at ~6 s, past the 4 s duration: requests went on after it,
+    # for about its 2 s after-heal time, and then stopped.
+    after = [o for o in invokes if o.index > heal.index]
+    assert len(after) >= 4, len(after)
+    span_s = (invokes[-1].time_ns - heal.time_ns) / 1e9
+    assert span_s < 2.0 + 2.0, span_s
+    assert all(o.type == "ok" for o in ops if o.type in ("ok", "fail", "info")
+               and o.process not in ("nemesis", "monitor"))
