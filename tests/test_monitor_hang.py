@@ -29,8 +29,8 @@ def test_a_trickling_metrics_endpoint_is_cut_at_the_deadline(ordeal_cluster):
     via_proxy = SimpleNamespace(name="replica-0", endpoint=link.listen, pid=None)
     t = time.monotonic()
     fast = sample_node(via_proxy, timeout=2.0)
-    assert fast.get("metrics") and "error" not in fast, fast  # control: whole and quick
-    assert time.monotonic() - t < 3.0
+    fast_s = time.monotonic() - t  # this machine's own time for a whole sample
+    assert fast.get("metrics") and "error" not in fast, fast  # control: whole, in its deadline
 
     [fault] = build_faults("bandwidth_limit", "router-replica-0", ordeal_cluster, "monitor-hang",
                            Ledger(), random.Random(0), {"rate_kbps": 1.0})
@@ -42,9 +42,9 @@ def test_a_trickling_metrics_endpoint_is_cut_at_the_deadline(ordeal_cluster):
     assert "/metrics: TimeoutError: body not complete after 4s" in slow["error"], slow
     # Derived from the deadlines, not this machine's speed: the health
     # request's 2 s timeout + the 4 s metrics deadline + one 2 s read = 8 s,
-    # with half again for a loaded machine; a monitor that waited out the
-    # trickle (KBs at 1 KB/s) would take far longer.
-    assert took < (2.0 + 4.0 + 2.0) * 1.5, took
+    # with half again and the control's own time for a loaded machine; a
+    # monitor that waited out the trickle (KBs at 1 KB/s) would take far longer.
+    assert took < (2.0 + 4.0 + 2.0) * 1.5 + fast_s, (took, fast_s)
 
     healed = sample_node(via_proxy, timeout=2.0)
     assert healed.get("metrics") and "error" not in healed, healed

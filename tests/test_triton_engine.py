@@ -329,7 +329,7 @@ def test_the_engine_interface_on_vllm(ordeal_cluster, tmp_path):
     assert err is None and common["success_total"] >= 1 and "kv_cache_usage" in common, common
     done = next(op for op in history if op.type == "ok" and "ttft_ms" in op.value)
     trace = adapter.trace(done, ordeal_cluster)
-    assert trace["queue_and_prefill_ms"] == done.value["ttft_ms"] and trace["decode_ms"] >= 0
+    assert trace["source"].startswith("client timings") and trace["decode_ms"] >= 0, trace
     # An independent reference for the trace: vLLM's own per-request
     # histograms, over one request sent alone to an idle replica (their sums
     # move by exactly that request's phases). The server's phases lie inside

@@ -1,7 +1,9 @@
 """gpu_memory_pressure: a co-tenant takes device memory next to a replica
-(on a CPU-only machine: host memory, the CPU analog). The replica must keep
-serving; the memory must come back after the heal (on the CPU analog: the
-machine's MemAvailable grows across the heal by at least half the hog)."""
+(on a CPU-only machine: host memory, the CPU analog). The replica keeps
+serving while it is held (it answers requests in the fault window); the
+memory comes back after the heal (the helper that held it is gone and, on
+the CPU analog, the machine's MemAvailable grows across the heal by at
+least half the hog), and every request after the heal succeeds."""
 
 import os
 
@@ -29,4 +31,5 @@ def test_memory_is_taken_while_injected_and_returned_after_heal(ordeal_run):
         # The machine's MemAvailable grew by most of what the hog held (the
         # replicas under load move it too: half is the margin).
         assert healed["memory_back_mb"] >= healed["memory_held_mb"] / 2, healed
-    assert fault.requests >= 10 and after.ok_share == 1.0, r.brief()
+    assert fault.requests >= 10 and fault.nodes["replica-1"] >= 1, r.brief()
+    assert after.ok_share == 1.0, r.brief()

@@ -8,13 +8,16 @@ that no longer add up to the usage the server reported. On Triton a step of
 a correlated sequence repeats on the way to the server, which must reject
 it (``sequence_consistent`` counts it as a detected jump). The engine's
 adapter says which evidence counts (``lsn_jump_evidence``). Every catch the
-checkers list (up to five each) was sent before the heal ended."""
+checkers list (up to five each) was sent before the heal ended, and the same
+checkers run over the requests sent after the heal alone find no jump."""
 
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from invariants.base import RunContext, check_all
+from ordeal.history.ops import HARNESS, Op
 from ordeal.history.reader import read_history
 from runs.single_fault import run_single_fault
 
@@ -38,6 +41,26 @@ def invoke_walls(history: Path, indexes: set[int]) -> dict[int, str]:
     return out
 
 
+def sent_after(history: Path, t: float) -> list[Op]:
+    """The client's requests sent after ``t`` (invoke and completion), in
+    history order: a history of the after-heal traffic alone."""
+    keep: set[object] = set()
+    out: list[Op] = []
+    for op in read_history(history):
+        if op.process in HARNESS:
+            continue
+        if op.type == "invoke":
+            if when(op.wall) > t:
+                keep.add(op.process)
+                out.append(op)
+            else:
+                keep.discard(op.process)
+        elif op.process in keep:
+            out.append(op)
+            keep.discard(op.process)
+    return out
+
+
 def test_duplicated_stream_events_are_caught_and_stop_after_heal(ordeal_run):
     r = run_single_fault(ordeal_run, "lsn_jump", "client-router",
                          {"mode": "duplicate", "after_events": 2})
@@ -57,3 +80,12 @@ def test_duplicated_stream_events_are_caught_and_stop_after_heal(ordeal_run):
         assert when(c["wall"]) >= start - 1, (c, r.window)
         assert when(sent[c["index"]]) <= end, (c, sent[c["index"]], r.window)
     assert after.requests >= 10 and after.ok_share == 1.0, r.brief()
+    # Not only the listed catches: the engine's own checkers, run over the
+    # requests sent after the heal alone, catch no jump there (a jump that
+    # outlived the heal would show here however many came before it).
+    later = sent_after(ordeal_run.run_dir.history_path, end)
+    assert sum(op.type == "invoke" for op in later) >= 10, len(later)
+    judged = check_all(ordeal_run.engine.checkers(), later,
+                       RunContext(run_id="after-heal", settings=ordeal_run.checker_settings))
+    left = ordeal_run.engine.lsn_jump_evidence([j.to_dict() for j in judged])
+    assert not left, left

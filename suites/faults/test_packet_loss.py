@@ -1,5 +1,7 @@
-"""packet_loss: 10% of one replica's packets dropped at random. TCP
-retransmits: requests slow down but still succeed."""
+"""packet_loss: 10% of one replica's packets dropped at random. Asserted:
+the kernel's own counters saw the replica's packets dropped at that rate
+while it was injected; after the heal its chain is gone, every request
+succeeds and the replica serves again."""
 
 import pytest
 

@@ -51,7 +51,9 @@ def test_one_process_killed_alone_takes_its_node_down_and_leaves_no_orphan(ordea
 def test_long_streams_cut_by_a_kill_end_with_their_cause(ordeal_run):
     """Answers of 200-300 tokens, so streams are in flight on the replica
     when it dies: each must end fail/info with its cause, never ok and
-    short (stream_continuity), and how many each kill cost is a figure."""
+    short (stream_continuity), and how many each kill cost is a figure;
+    after the heal the restarted replica serves again and every request
+    succeeds."""
     r = run_single_fault(ordeal_run, "process_kill", "replica-1", hold_s=2.0, rate=2.0,
                          load_s=20.0, max_tokens=(200, 300))
     assert r.effect["took_effect"], r.effect  # seen in the system's state
@@ -62,3 +64,5 @@ def test_long_streams_cut_by_a_kill_end_with_their_cause(ordeal_run):
     assert d["streams_lost_per_kill"] is not None, d
     assert d["truncated_ok"] == 0 and d["non_ok_without_cause"] == 0, sc["counterexamples"]
     assert sc["valid"] is True, sc
+    after = r.phases["after_heal"]
+    assert after.nodes["replica-1"] >= 1 and after.ok_share == 1.0, r.brief()
