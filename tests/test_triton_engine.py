@@ -288,12 +288,15 @@ def test_the_engine_interface_on_triton(triton_cluster, tmp_path):
     # trace: Triton's own per-request timeline, found by request id
     invoke = next(op for op in history if op.type == "invoke" and op.f == "infer")
     trace = {}
-    for _ in range(3):  # the server writes its trace every 20 requests
+    for _ in range(3):  # each server writes its trace every 20 requests
         trace = adapter.trace(invoke, triton_cluster)
         if trace["source"] != "none":
             break
-        for _ in range(20):
-            adapter.answer_directly(node)
+        # HAProxy may have sent the request to either replica: fill every
+        # replica's buffer, not only the first one's.
+        for replica in triton_cluster.replicas():
+            for _ in range(20):
+                adapter.answer_directly(replica)
     assert trace["source"].startswith("triton trace"), trace
     assert trace["queue_ms"] >= 0 and trace["compute_ms"] > 0, trace
     # validate_consistency: the statistics agree with the client, exactly
