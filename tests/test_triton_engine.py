@@ -285,7 +285,17 @@ def test_the_engine_interface_on_triton(triton_cluster, tmp_path):
     common = adapter.collect_metrics(node, raw)
     assert err is None and set(common) <= set(COMMON_METRICS)
     assert common["success_total"] >= 1 and "queue_time_s_total" in common, common
-    # trace: Triton's own per-request timeline, found by request id
+    # validate_consistency: the statistics agree with the client, exactly
+    # (no restart); a client that claims answers the server never gave is caught
+    good = adapter.validate_consistency(triton_cluster, counts, mark)
+    assert good.valid is True, good.to_dict()
+    assert good.details["checked"]["infer"]["bounds"][0] == counts.by_f["infer"]["ok"]
+    counts.by_f["infer"]["ok"] += 5
+    bad = adapter.validate_consistency(triton_cluster, counts, mark)
+    assert bad.valid is False and bad.counterexamples[0]["f"] == "infer", bad.to_dict()
+    # trace: Triton's own per-request timeline, found by request id. Judged
+    # after validate_consistency: filling the trace buffers sends requests the
+    # client's counts do not hold.
     invoke = next(op for op in history if op.type == "invoke" and op.f == "infer")
     trace = {}
     for _ in range(3):  # each server writes its trace every 20 requests
@@ -299,14 +309,6 @@ def test_the_engine_interface_on_triton(triton_cluster, tmp_path):
                 adapter.answer_directly(replica)
     assert trace["source"].startswith("triton trace"), trace
     assert trace["queue_ms"] >= 0 and trace["compute_ms"] > 0, trace
-    # validate_consistency: the statistics agree with the client, exactly
-    # (no restart); a client that claims answers the server never gave is caught
-    good = adapter.validate_consistency(triton_cluster, counts, mark)
-    assert good.valid is True, good.to_dict()
-    assert good.details["checked"]["infer"]["bounds"][0] == counts.by_f["infer"]["ok"]
-    counts.by_f["infer"]["ok"] += 5
-    bad = adapter.validate_consistency(triton_cluster, counts, mark)
-    assert bad.valid is False and bad.counterexamples[0]["f"] == "infer", bad.to_dict()
 
 
 # -- the same interface on the session's vLLM cluster -------------------------------------------
