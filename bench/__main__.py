@@ -26,7 +26,7 @@ from typing import Any
 
 from bench.common import PY, RESULTS, ROOT, machine, progress, write_json, written
 
-ALL = ["load", "workers", "agreement", "proxy", "faults", "bringup", "checkers"]
+ALL = ["load", "loop", "workers", "agreement", "proxy", "faults", "bringup", "checkers"]
 
 
 def run_proxy(quick: bool) -> None:
@@ -100,6 +100,16 @@ def rows() -> list[dict[str, Any]]:
                     f"over {len(ratios)} steps", f"x{med:.2f}", "x1.00",
                     " ".join(f"{x:.2f}" for x in ratios), ">= x1.00 (same capacity)",
                     med >= 0.95, "" if med >= 0.95 else f"{(1 - med) * 100:.0f}% less")
+    lp = load("loop")
+    if lp:
+        for step, v in lp["steps"].items():
+            x = v["uvloop_over_asyncio"]["cpu_us_per_chunk"]
+            med = x["median"]
+            ok = None if med is None else med < 0.95
+            add("1 load", f"Ordeal's client on uvloop / on asyncio, CPU per chunk, {step} "
+                f"({v['tokens']} tok at {v['itl_ms']:g} ms ITL; {lp['pinned']})",
+                f"x{med}", "x1.00 (asyncio)", " ".join(str(p) for p in x["per_pair"]),
+                "< x0.95 (measurably less)", ok, "" if ok in (None, True) else "no gain")
     wk = load("workers")
     if wk:
         ms = wk["max_sustained"]
@@ -255,6 +265,9 @@ def main() -> int:
             if name == "load":
                 from bench import bench_load
                 bench_load.run(args.quick, args.load_pin)
+            elif name == "loop":
+                from bench import bench_loop
+                bench_loop.run(2 if args.quick else 3, 5.0 if args.quick else 8.0)
             elif name == "workers":
                 from bench import bench_workers
                 bench_workers.run(args.quick)

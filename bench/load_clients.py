@@ -19,7 +19,6 @@ Figures, computed the same way for both clients:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import resource
@@ -72,6 +71,7 @@ def stamps(text: str) -> list[int]:
 # -- Ordeal's client ---------------------------------------------------------
 
 def run_ordeal(args: argparse.Namespace) -> dict[str, Any]:
+    from load import event_loop
     from load.workers import run_in_workers
     from load.workload import WorkloadRunner, WorkloadSpec, plan_requests
     from ordeal.history.reader import read_history
@@ -88,7 +88,8 @@ def run_ordeal(args: argparse.Namespace) -> dict[str, Any]:
     hist = History(tmp / "history.jsonl")
     runner = WorkloadRunner(spec, args.url, hist, progress=None)
     c0, w0 = cpu_self(), time.monotonic()
-    asyncio.run(runner.run() if args.workers == 1 else run_in_workers(runner, args.workers))
+    event_loop.run(runner.run() if args.workers == 1
+                   else run_in_workers(runner, args.workers, loop=args.loop), args.loop)
     # From the load's start: with load workers, their start-up (spawn,
     # imports: ~1 s of CPU each, once a run) is left out, on both counts.
     wall_s = time.monotonic() - runner.t0
@@ -204,6 +205,9 @@ def main() -> None:
     ap.add_argument("--cpu", type=int, default=None, help="pin to this core")
     ap.add_argument("--cpus", default=None, help="pin to these cores (e.g. 0,1), workers too")
     ap.add_argument("--workers", type=int, default=1, help="ordeal: load worker processes")
+    ap.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto",
+                    help="ordeal: the client's event loop, as --load-loop (default auto: "
+                         "what the product runs; bench/bench_loop.py compares them)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     if args.cpu is not None:
@@ -215,7 +219,7 @@ def main() -> None:
     out = run_ordeal(args) if args.client == "ordeal" else run_vllm(args)
     out.update({"t_start": args.window[0], "t_end": args.window[1], "client": args.client, "rate": args.rate, "concurrency": args.concurrency,
                 "duration_s": args.duration, "tokens": args.tokens,
-                "workers": args.workers, "workers_cpu_s": r(getattr(args, "workers_cpu_s", 0.0))})
+                "workers": args.workers, "loop": args.loop if args.client == "ordeal" else "asyncio", "workers_cpu_s": r(getattr(args, "workers_cpu_s", 0.0))})
     Path(args.out).write_text(json.dumps(out, indent=2))
 
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Callable
 
+from load import event_loop
 from load.workload import OpenAIClient, WorkloadRunner, url_endpoint
 from ordeal.config import ConfigError
 from ordeal.history.writer import HistoryWriteError
@@ -71,6 +72,7 @@ class WorkerJob:
     index: int
     count: int
     rid_prefix: str
+    loop: str = "auto"  # load.event_loop: the parent's --load-loop
 
 
 class PipeRecorder:
@@ -142,7 +144,7 @@ def worker_main(conn: Connection, stop: Any, horizon: Any, job: WorkerJob) -> No
         message = conn.recv()
         if message[0] == "go":
             cpu0 = time.process_time()  # the load's own CPU, past the start-up's imports
-            asyncio.run(_run_share(runner, stop, horizon, t0=message[1]))
+            event_loop.run(_run_share(runner, stop, horizon, t0=message[1]), job.loop)
             load_cpu_s = time.process_time() - cpu0
     except BaseException as e:  # noqa: BLE001 - said to the parent, which records it
         error = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
@@ -199,8 +201,9 @@ class WorkerPool:
     """The parent's side: N worker processes, their ops into ``history``."""
 
     def __init__(self, spec: Any, base_url: str, options: Any, count: int, rid_prefix: str,
-                 history: Any, progress: Any = None):
+                 history: Any, progress: Any = None, loop: str = "auto"):
         self.spec, self.base_url, self.options = spec, base_url, options
+        self.loop = loop
         self.count = check_workers(count)
         self.rid_prefix = rid_prefix
         self.history = history
@@ -226,7 +229,7 @@ class WorkerPool:
         for i in range(self.count):
             parent, child = self.ctx.Pipe(duplex=True)
             job = WorkerJob(share_spec, self.base_url, self.options, i, self.count,
-                            self.rid_prefix)
+                            self.rid_prefix, self.loop)
             proc = self.ctx.Process(target=worker_main, args=(child, self.stop_event, self.horizon, job),
                                     name=f"ordeal-load-worker-{i}", daemon=True)
             proc.start()
@@ -361,7 +364,7 @@ class WorkerPool:
 
 async def run_in_workers(runner: WorkloadRunner, count: int, options: Any = None,
                          until: Callable[[], bool] | None = None,
-                         max_s: float | None = None) -> None:
+                         max_s: float | None = None, loop: str = "auto") -> None:
     """``runner.run(until, max_s)`` with the load in ``count`` processes:
     this loop records their ops into ``runner.history`` and decides when
     they stop, by the same rule (the duration, then ``until``, never past
@@ -369,10 +372,10 @@ async def run_in_workers(runner: WorkloadRunner, count: int, options: Any = None
     (load.workload.ClientOptions; an external deployment's headers, key
     variable, TLS). Sets ``runner.t0``, ``runner.worker_errors`` (a
     worker that died) and ``runner.worker_cpu_s`` (the workers' CPU from
-    the shared start)."""
+    the shared start). ``loop``: each worker's event loop (load.event_loop)."""
     spec = runner.spec
     pool = WorkerPool(spec, runner.base_url, options, count, runner.rid_prefix,
-                      runner.history, runner.progress)
+                      runner.history, runner.progress, loop)
     reporter: asyncio.Task[None] | None = None
     try:
         t0 = runner.t0 = await pool.start()

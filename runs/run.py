@@ -29,6 +29,7 @@ from invariants.known import KnownFindings
 from load.health_probe import HealthProbe
 from load.monitor import Monitor
 from load.router_watch import DEFAULT_GRACE_S, RouterGone, RouterWatch
+from load import event_loop
 from load.workers import run_in_workers
 from load.workload import WorkloadRunner, WorkloadSpec, describe_spec, spec_to_dict
 from load.workload_file import WorkloadFile
@@ -101,6 +102,8 @@ class OrdealRun:
         self.drain_s = 3.0  # wait after the load before the drained sample
         # --load-workers: the load in this many processes (load/workers.py).
         self.load_workers = 1
+        # --load-loop: the load's event loop (load/event_loop.py).
+        self.load_loop = "auto"
         self.schedule: list[dict[str, Any]] = []
         self.summary_extra: dict[str, Any] = {}  # keys a suite adds to summary.json
         # Why the run stopped before its end (the router died for good), or
@@ -158,8 +161,8 @@ class OrdealRun:
             self.schedule = [s.to_dict() for s in schedule]
         self.monitor_interval_s = monitor_interval_s
         self.load_progress_every_s = load_progress_every_s
-        asyncio.run(self._load(spec, faults, after_heal_s, max_s, schedule, schedule_seed,
-                               stop))
+        event_loop.run(self._load(spec, faults, after_heal_s, max_s, schedule, schedule_seed,
+                                  stop), getattr(self, "load_loop", "auto"))
 
     async def _load(self, spec: WorkloadSpec, faults: Sequence[PlannedFault],
                     after_heal_s: float, max_s: float, schedule: Sequence[Step] = (),
@@ -258,6 +261,7 @@ class OrdealRun:
                 if workers > 1:  # the same load from several processes
                     await run_in_workers(runner, workers,
                                          getattr(self.cluster, "client_options", None),
+                                         loop=getattr(self, "load_loop", "auto"),
                                          until=settled, max_s=max(max_s, spec.duration_s))
                 else:
                     await runner.run(until=settled, max_s=max(max_s, spec.duration_s))
@@ -372,6 +376,7 @@ class OrdealRun:
             duration_s=time.monotonic() - self._t0)
         self.summary["stopped"] = self.stop_reason
         self.summary["load_workers"] = getattr(self, "load_workers", 1)
+        self.summary["load_loop"] = event_loop.describe(getattr(self, "load_loop", "auto"))
         if self.workload is not None:
             self.summary["workload_effective"] = describe_spec(self.workload)
         if self.workload_file is not None:

@@ -198,12 +198,14 @@ def test_a_run_with_load_workers_goes_on_past_its_duration_until_the_heal(ordeal
 
     run = OrdealRun(RunDir.create(tmp_path, "workers"), "workers", ordeal_cluster, ordeal_say)
     run.load_workers = 2
+    run.load_loop = "uvloop"  # the workers' loop too (load/event_loop.py)
     fault = NetworkPartition(AtAnUnusedPort(ordeal_cluster.replicas()[0], free_ports(1)[0]),
                              run.run_id, Ledger())
     run.load(WorkloadSpec(duration_s=4.0, rate=6.0, seed=9, max_tokens=(4, 8)),
              faults=[PlannedFault(fault, after_s=1.0, hold_s=5.0)], after_heal_s=2.0)
     summary = run.finish()
     assert summary["load_workers"] == 2 and not summary["errors"], summary["errors"]
+    assert summary["load_loop"].startswith("uvloop "), summary["load_loop"]
     ops = _ops(run.run_dir.history_path)
     heal = next(o for o in ops if o.process == "nemesis" and o.f == "heal"
                 and o.value.get("phase") == "end")
