@@ -1061,9 +1061,13 @@ class WorkloadRunner:
             for req in plan_requests(self.spec):
                 if not self._mine(req):
                     continue
+                # uvloop's timers run on a millisecond clock and may wake a
+                # little early: sleep until the request is due by our clock,
+                # so none is sent early and none due past the duration goes.
                 delay = t0 + req.at_s - time.monotonic()
-                if delay > 0:
+                while delay > 0:
                     await asyncio.sleep(delay)
+                    delay = t0 + req.at_s - time.monotonic()
                 if over() or (self.gate is not None and not await self.gate(t0 + req.at_s)):
                     break
                 task = asyncio.create_task(bounded(req))
