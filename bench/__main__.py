@@ -73,6 +73,14 @@ def rows() -> list[dict[str, Any]]:
                 f"{ld[kind]['itl_ms']:g} ms ITL)", o, f"{v} (vllm bench)",
                 f"x{o / v:.2f}" if o and v else "", ">= vLLM's client", ok,
                 "" if ok in (None, True) else f"{o} vs {v} ({(o - v) / v * 100:+.0f}%)")
+        held = {c: {x["step"]: x.get("held_streams") for x in ld["streams"]["runs"][c]
+                    if "error" not in x} for c in ("ordeal", "vllm")}
+        steps = sorted(set(held["ordeal"]) & set(held["vllm"]))
+        if steps and all(held[c][st] is not None for c in held for st in steps):
+            add("1 load", "streams held on average (stream-seconds / wall) at each streams "
+                "step, Ordeal / vLLM's client",
+                " ".join(f"{st}: {held['ordeal'][st]:g}" for st in steps),
+                " ".join(f"{st}: {held['vllm'][st]:g}" for st in steps), "", "stated", None)
         pc = ld.get("per_chunk_at_lowest_rate", {})
         o, v = pc.get("ordeal", {}), pc.get("vllm", {})
         add("1 load", "client CPU per chunk (µs), lowest rate", o.get("cpu_us_per_chunk"),

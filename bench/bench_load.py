@@ -174,7 +174,8 @@ def ladder(kind: str, steps: list[int], url: str, tmp: Path, server_pid: int,
                      f"{res['achieved_rps']:7.1f} req/s, dispatch lag p50/p99 "
                      f"{res['dispatch_lag_ms']['p50']}/{res['dispatch_lag_ms']['p99']} ms, chunk "
                      f"lag p50/p99 {res['chunk_lag_ms']['p50']}/{res['chunk_lag_ms']['p99']} ms, "
-                     f"{res['cpu_us_per_chunk']} us CPU/chunk, client CPU "
+                     f"{res['cpu_us_per_chunk']} us CPU/chunk, "
+                     f"{res.get('held_streams')} streams held, client CPU "
                      f"{res['cpu_share']:.2f}, server CPU {res['server_cpu_share']}, load "
                      f"{res['loadavg_1m']:.1f}"
                      + ("" if res["sustained"] else f"  NOT sustained: {res['why_not']}"))

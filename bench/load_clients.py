@@ -43,7 +43,12 @@ def cpu_self() -> float:
 
 def summarize(planned_n: int, duration: float, sent: int, ok: int, dispatch_ms: list[float],
               chunk_lag_ms: list[float], chunks: int, cpu_s: float, wall_s: float,
-              ttft_ms: list[float], itl_ms: list[float]) -> dict[str, Any]:
+              ttft_ms: list[float], itl_ms: list[float],
+              stream_s: float = 0.0) -> dict[str, Any]:
+    """``stream_s``: the ok requests' seconds from send to the end of their
+    stream, summed. Over ``wall_s`` it is how many streams the client held
+    open on average (``held_streams``): a closed loop of C streams holds
+    fewer than C when the client is slow to start the next one."""
     return {
         "planned": planned_n, "sent": sent, "ok": ok,
         "achieved_rps": r(ok / duration, 2), "chunks": chunks,
@@ -55,6 +60,7 @@ def summarize(planned_n: int, duration: float, sent: int, ok: int, dispatch_ms: 
         "itl_ms": {"p50": r(pct(itl_ms, 50)), "p99": r(pct(itl_ms, 99))},
         "cpu_s": r(cpu_s), "wall_s": r(wall_s), "cpu_share": r(cpu_s / wall_s if wall_s else 0),
         "cpu_us_per_chunk": r(cpu_s / chunks * 1e6, 2) if chunks else None,
+        "held_streams": r(stream_s / wall_s, 1) if wall_s else None,
     }
 
 
@@ -103,6 +109,7 @@ def run_ordeal(args: argparse.Namespace) -> dict[str, Any]:
     inv_seq: dict[Any, int] = {}
     dispatch, lag, ttft, itl = [], [], [], []
     sent = ok = chunks = 0
+    stream_s = 0.0
     t_first = None
     for op in read_history(tmp / "history.jsonl"):
         if op.type == "invoke":
@@ -120,6 +127,7 @@ def run_ordeal(args: argparse.Namespace) -> dict[str, Any]:
         v = op.value
         start = invokes.get((op.process, v.get("seq")))
         ttft.append(v["ttft_ms"])
+        stream_s += v["e2e_ms"] / 1e3
         itl.extend(v.get("itl_ms") or [])
         for c in (v.get("stream") or {}).get("chunks") or []:
             chunks += 1
@@ -129,7 +137,7 @@ def run_ordeal(args: argparse.Namespace) -> dict[str, Any]:
                 # so this overstates the lag by that much at most.
                 lag.append((start + c["t_ms"] * 1e6 - st[0]) / 1e6)
     return summarize(len(plan) if plan else sent, args.duration, sent, ok, dispatch, lag, chunks,
-                     cpu_s, wall_s, ttft, itl)
+                     cpu_s, wall_s, ttft, itl, stream_s)
 
 
 # -- vLLM's client -------------------------------------------------------------
@@ -154,6 +162,7 @@ def vllm_figures(res: dict[str, Any], args: argparse.Namespace) -> dict[str, Any
     starts = res["start_times"]
     dispatch, lag, ttft, itl = [], [], [], []
     chunks = ok = 0
+    stream_s = 0.0
     for i, (st, tt, itls, text, err) in enumerate(zip(starts, res["ttfts"], res["itls"],
                                                      res["generated_texts"], res["errors"])):
         if not closed:
@@ -163,6 +172,7 @@ def vllm_figures(res: dict[str, Any], args: argparse.Namespace) -> dict[str, Any
         ok += 1
         ttft.append(tt * 1e3)
         itl.extend(x * 1e3 for x in itls)
+        stream_s += tt + sum(itls)
         t = st + tt
         recv = [t]
         for x in itls:
@@ -174,7 +184,7 @@ def vllm_figures(res: dict[str, Any], args: argparse.Namespace) -> dict[str, Any
             lag.append((a * 1e9 - b) / 1e6)
     out = summarize(len(starts), args.duration if not closed else res["wall_s"],
                     len(starts), ok, dispatch, lag, chunks, res["cpu_s"], res["wall_s"],
-                    ttft, itl)
+                    ttft, itl, stream_s)
     out["vllm_reported"] = {k: res.get(k) for k in ("request_throughput", "completed", "failed",
                                                      "duration", "median_ttft_ms", "p99_ttft_ms",
                                                      "median_itl_ms", "p99_itl_ms")}
