@@ -147,11 +147,11 @@ def rows() -> list[dict[str, Any]]:
         k = px["rows"]["keepalive_small_ms"]
         for q in ("p50", "p99"):
             added = k["proxy"][q] - k["direct"][q]
-            ok = added < 0.5 if q == "p99" else None
+            ok = added < 0.3 if q == "p99" else None
             add("3 proxy", f"added latency, keep-alive small request {q} (ms)", k["proxy"][q],
                 f"{k['direct'][q]} (direct)", f"+{added:.3f} ms",
-                "p99 added < 0.5 ms" if q == "p99" else "stated", ok,
-                "" if ok in (None, True) else f"+{added - 0.5:.2f} ms over")
+                "p99 added < 0.3 ms (issue 26)" if q == "p99" else "stated", ok,
+                "" if ok in (None, True) else f"+{added - 0.3:.2f} ms over")
         d = px["rows"]["download_MBps"]
         ratio_ = d["proxy"]["median"] / d["direct"]["median"]
         add("3 proxy", "long download throughput (MB/s)", d["proxy"]["median"],
