@@ -44,11 +44,13 @@ def cpu_self() -> float:
 def summarize(planned_n: int, duration: float, sent: int, ok: int, dispatch_ms: list[float],
               chunk_lag_ms: list[float], chunks: int, cpu_s: float, wall_s: float,
               ttft_ms: list[float], itl_ms: list[float],
-              stream_s: float = 0.0) -> dict[str, Any]:
+              stream_s: float = 0.0, held_over_s: float | None = None) -> dict[str, Any]:
     """``stream_s``: the ok requests' seconds from send to the end of their
     stream, summed. Over ``wall_s`` it is how many streams the client held
     open on average (``held_streams``): a closed loop of C streams holds
-    fewer than C when the client is slow to start the next one."""
+    fewer than C when the client is slow to start the next one. ``held_over_s``:
+    the load's own span when ``wall_s`` holds more (vLLM's client times one
+    test request before its benchmark starts)."""
     return {
         "planned": planned_n, "sent": sent, "ok": ok,
         "achieved_rps": r(ok / duration, 2), "chunks": chunks,
@@ -60,7 +62,7 @@ def summarize(planned_n: int, duration: float, sent: int, ok: int, dispatch_ms: 
         "itl_ms": {"p50": r(pct(itl_ms, 50)), "p99": r(pct(itl_ms, 99))},
         "cpu_s": r(cpu_s), "wall_s": r(wall_s), "cpu_share": r(cpu_s / wall_s if wall_s else 0),
         "cpu_us_per_chunk": r(cpu_s / chunks * 1e6, 2) if chunks else None,
-        "held_streams": r(stream_s / wall_s, 1) if wall_s else None,
+        "held_streams": r(stream_s / (held_over_s or wall_s), 1) if wall_s else None,
     }
 
 
@@ -184,7 +186,7 @@ def vllm_figures(res: dict[str, Any], args: argparse.Namespace) -> dict[str, Any
             lag.append((a * 1e9 - b) / 1e6)
     out = summarize(len(starts), args.duration if not closed else res["wall_s"],
                     len(starts), ok, dispatch, lag, chunks, res["cpu_s"], res["wall_s"],
-                    ttft, itl, stream_s)
+                    ttft, itl, stream_s, held_over_s=res.get("duration"))
     out["vllm_reported"] = {k: res.get(k) for k in ("request_throughput", "completed", "failed",
                                                      "duration", "median_ttft_ms", "p99_ttft_ms",
                                                      "median_itl_ms", "p99_itl_ms")}
@@ -201,6 +203,11 @@ def run_vllm(args: argparse.Namespace) -> dict[str, Any]:
     out = vllm_figures(res, args)
     args.window = (out["t_start"], out["t_end"])
     return out
+
+
+def describe_loop(name: str) -> str:
+    from load.event_loop import describe
+    return describe(name)
 
 
 def main() -> None:
@@ -229,7 +236,7 @@ def main() -> None:
     out = run_ordeal(args) if args.client == "ordeal" else run_vllm(args)
     out.update({"t_start": args.window[0], "t_end": args.window[1], "client": args.client, "rate": args.rate, "concurrency": args.concurrency,
                 "duration_s": args.duration, "tokens": args.tokens,
-                "workers": args.workers, "loop": args.loop if args.client == "ordeal" else "asyncio", "workers_cpu_s": r(getattr(args, "workers_cpu_s", 0.0))})
+                "workers": args.workers, "loop": describe_loop(args.loop) if args.client == "ordeal" else "asyncio", "workers_cpu_s": r(getattr(args, "workers_cpu_s", 0.0))})
     Path(args.out).write_text(json.dumps(out, indent=2))
 
 

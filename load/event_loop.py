@@ -4,7 +4,7 @@ installed, else asyncio's own.
 Why uvloop: the client's cost per streamed chunk is mostly the event loop's
 (a read, a callback, a future per chunk). Side by side in one run
 (``python -m bench.bench_loop``, bench/results/loop.json), the same client on
-uvloop spent x0.72-0.74 of asyncio's CPU per chunk on both load shapes. uvloop
+uvloop spent x0.71-0.82 of asyncio's CPU per chunk on both load shapes (two runs). uvloop
 comes with vLLM's own dependencies (uvicorn's), so it is there wherever the
 embedded cluster runs; elsewhere ``auto`` falls back to asyncio and says so.
 ``--load-loop asyncio`` rules the loop out when a run behaves oddly.

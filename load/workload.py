@@ -1064,6 +1064,7 @@ class WorkloadRunner:
                 # uvloop's timers run on a millisecond clock and may wake a
                 # little early: sleep until the request is due by our clock,
                 # so none is sent early and none due past the duration goes.
+                # At most ~1 ms of extra turns per request, each a sleep.
                 delay = t0 + req.at_s - time.monotonic()
                 while delay > 0:
                     await asyncio.sleep(delay)

@@ -257,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                     progress=lambda m: print(f"[ordeal {time.strftime('%H:%M:%S')}] {m}",
                                              flush=True))
     run.schedule = [{"kind": k, "target": node.name} for k in plan.kinds]
+    run.load_loop = "asyncio"  # drive() below runs on asyncio.run: summary.json says so
     run.summary_extra["command"] = "python -m runs.gpu_scenario " + " ".join(
         sys.argv[1:] if argv is None else argv)
     run.summary_extra["plan"] = dataclasses.asdict(plan)
