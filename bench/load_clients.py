@@ -205,12 +205,9 @@ def run_vllm(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def describe_loop(name: str) -> str:
-    from load.event_loop import describe
-    return describe(name)
-
-
 def main() -> None:
+    from load.event_loop import LOOPS, describe
+
     ap = argparse.ArgumentParser()
     ap.add_argument("client", choices=["ordeal", "vllm"])
     ap.add_argument("--url", required=True)
@@ -222,7 +219,7 @@ def main() -> None:
     ap.add_argument("--cpu", type=int, default=None, help="pin to this core")
     ap.add_argument("--cpus", default=None, help="pin to these cores (e.g. 0,1), workers too")
     ap.add_argument("--workers", type=int, default=1, help="ordeal: load worker processes")
-    ap.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto",
+    ap.add_argument("--loop", choices=LOOPS, default="auto",
                     help="ordeal: the client's event loop, as --load-loop (default auto: "
                          "what the product runs; bench/bench_loop.py compares them)")
     ap.add_argument("--out", required=True)
@@ -236,7 +233,7 @@ def main() -> None:
     out = run_ordeal(args) if args.client == "ordeal" else run_vllm(args)
     out.update({"t_start": args.window[0], "t_end": args.window[1], "client": args.client, "rate": args.rate, "concurrency": args.concurrency,
                 "duration_s": args.duration, "tokens": args.tokens,
-                "workers": args.workers, "loop": describe_loop(args.loop) if args.client == "ordeal" else "asyncio", "workers_cpu_s": r(getattr(args, "workers_cpu_s", 0.0))})
+                "workers": args.workers, "loop": describe(args.loop) if args.client == "ordeal" else "asyncio", "workers_cpu_s": r(getattr(args, "workers_cpu_s", 0.0))})
     Path(args.out).write_text(json.dumps(out, indent=2))
 
 
