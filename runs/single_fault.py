@@ -28,10 +28,13 @@ from ordeal.history.ops import MONITOR
 from ordeal.history.reader import read_history
 from runs.run import OrdealRun
 
-#: ``hold`` is the part of ``fault`` before the heal began: requests that
-#: started and ended while the fault alone acted. A heal that restarts
-#: something (a Ray node's engines) is an outage of its own, inside
-#: ``fault`` but not inside ``hold``.
+#: ``hold`` is the part of ``fault`` where the fault alone acted: requests
+#: invoked after the inject took effect (its end op) that ended before the
+#: heal began. ``fault`` also holds the requests in flight at the inject,
+#: whose answer may have passed before the fault was in place (a reset
+#: toxic cuts only the bytes it sees); and a heal that restarts something (a
+#: Ray node's engines) is an outage of its own, inside ``fault`` but not
+#: inside ``hold``.
 PHASES = (STEADY, "fault", "after_heal", "hold", WARMUP)
 
 
@@ -118,10 +121,17 @@ def split_by_phase(history_path: Any, after_heal_s: float,
         req = pairer.feed(op)
         if req is None or (keep_f is not None and not keep_f(req.invoke.f)):
             continue
-        for s in [phases[req.phase]] + ([phases["hold"]] if req.phase == "fault"
-                                         and not timeline.faults.healing else []):
+        for s in [phases[req.phase]] + ([phases["hold"]] if _in_hold(req, timeline) else []):
             _count(s, req)
     return phases
+
+
+def _in_hold(req: Request, timeline: Timeline) -> bool:
+    """``req`` (just completed) is in ``hold``: see PHASES."""
+    if req.phase != "fault" or timeline.faults.healing or not timeline.faults.open:
+        return False
+    injected = [w.injected_ns for w in timeline.faults.open.values()]
+    return all(t is not None and req.invoke.time_ns >= t for t in injected)
 
 
 def _count(s: PhaseStats, req: Request) -> None:

@@ -196,6 +196,28 @@ def test_the_gpu_table_and_split_by_phase_compare_the_throttle_with_the_real_ste
     assert phases[WARMUP].requests == 30 and phases[STEADY].requests == 20
 
 
+def test_hold_leaves_out_the_requests_in_flight_at_the_inject_and_those_ending_in_the_heal(tmp_path):
+    """A request sent before the fault was in place belongs to ``fault`` but
+    not to ``hold``: its answer may have passed before the toxic was (a CI
+    flake of the connection_reset suite, counting such an ok as one the
+    reset let through). Nor does one that ends after the heal began."""
+    p = Planted()
+    p.nemesis(10.0, "inject", "begin")
+    p.add(9.9, "invoke", 900, "generate", {"max_tokens": 16})  # in flight at the begin
+    p.add(10.02, "ok", 900, "generate", {"ttft_ms": 5.0, "e2e_ms": 120.0})
+    p.add(10.01, "invoke", 901, "generate", {"max_tokens": 16})  # between begin and end
+    p.add(10.04, "ok", 901, "generate", {"ttft_ms": 5.0, "e2e_ms": 30.0})
+    p.nemesis(10.05, "inject", "end")
+    p.req(11.0, 0.0, type="info")  # sent once the fault was in place: cut
+    p.add(19.0, "invoke", 902, "generate", {"max_tokens": 16})  # ends in the heal
+    p.nemesis(19.9, "heal", "begin")
+    p.add(19.95, "ok", 902, "generate", {"ttft_ms": 5.0, "e2e_ms": 950.0})
+    p.nemesis(20.0, "heal", "end")
+    phases = split_by_phase(p.write(tmp_path / "history.jsonl"), 10.0)
+    assert phases["fault"].requests == 4 and phases["fault"].types["ok"] == 3
+    assert phases["hold"].requests == 1 and phases["hold"].types["ok"] == 0
+
+
 def test_a_fault_or_an_after_heal_window_inside_the_warm_up_keeps_its_phase():
     p = Planted()
     p.req(0.0, 10.0)
