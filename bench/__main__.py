@@ -69,8 +69,10 @@ def rows() -> list[dict[str, Any]]:
             ms = ld[kind]["max_sustained"]
             o, v = ms.get("ordeal"), ms.get("vllm")
             ok = None if o is None or v is None else o >= v
+            phases = (", the server's random phases" if ld[kind].get("phases") == "random"
+                      else "")
             add("1 load", f"max sustained {unit} on one core ({ld[kind]['tokens']} tok, "
-                f"{ld[kind]['itl_ms']:g} ms ITL)", o, f"{v} (vllm bench)",
+                f"{ld[kind]['itl_ms']:g} ms ITL{phases})", o, f"{v} (vllm bench)",
                 f"x{o / v:.2f}" if o and v else "", ">= vLLM's client", ok,
                 "" if ok in (None, True) else f"{o} vs {v} ({(o - v) / v * 100:+.0f}%)")
         held = {c: {x["step"]: x.get("held_streams") for x in ld["streams"]["runs"][c]
@@ -81,6 +83,14 @@ def rows() -> list[dict[str, Any]]:
                 "step, Ordeal / vLLM's client",
                 " ".join(f"{st}: {held['ordeal'][st]:g}" for st in steps),
                 " ".join(f"{st}: {held['vllm'][st]:g}" for st in steps), "", "stated", None)
+        arr = ld.get("streams_arrival")
+        if arr:  # the closed loop as each client's first wave spreads it: stated
+            lag = {c: " ".join(f"{x['step']}: {x['chunk_lag_ms']['p50']}"
+                               for x in arr["runs"][c] if "error" not in x)
+                   for c in ("ordeal", "vllm")}
+            add("1 load", "streams with arrival phases (each stream's tokens every "
+                f"{arr['itl_ms']:g} ms from its arrival): chunk lag p50 (ms) at each step",
+                lag["ordeal"], lag["vllm"], "", "stated", None)
         pc = ld.get("per_chunk_at_lowest_rate", {})
         o, v = pc.get("ordeal", {}), pc.get("vllm", {})
         add("1 load", "client CPU per chunk (µs), lowest rate", o.get("cpu_us_per_chunk"),

@@ -10,6 +10,13 @@ checker reports over the history (log-bucket sketch, 1% relative error) and,
 beside them, exact percentiles of the same samples; vLLM's are those it
 reports itself. Runs of each client are pooled; each pair is also kept.
 
+Each client runs in a process of its own, on its own default event loop:
+vLLM's in bench/vllm_client.py (asyncio), Ordeal's in a spawned process
+(``ordeal_run`` through ``OrdealWorker``) with the suite's ``--load-loop
+auto`` (uvloop where vLLM is installed). Until 2026-12-05 Ordeal's ran
+inside this orchestrator, on asyncio, beside the threads and children it
+watches.
+
 The replica runs without prefix caching (each prompt goes out once per
 client). Runs alternate (the brief's method); then a control run sends both
 clients' requests at the same time at half the rate each, so both see the
@@ -27,7 +34,6 @@ chunk, Ordeal at the end of the stream ([DONE]); TPOT follows from E2E in both.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import tempfile
@@ -53,13 +59,14 @@ def spec_for(rate: float, duration: float, seed: int) -> Any:
 def ordeal_run(url: str, rate: float, duration: float, seed: int, tmp: Path) -> dict[str, Any]:
     from invariants.base import RunContext, check_all
     from invariants.slo import LatencySLO
+    from load import event_loop
     from load.workload import WorkloadRunner
     from ordeal.history.reader import read_history
     from ordeal.history.writer import History
 
     path = tmp / f"history-{uuid.uuid4().hex[:6]}.jsonl"
     hist = History(path)
-    asyncio.run(WorkloadRunner(spec_for(rate, duration, seed), url, hist).run())
+    event_loop.run(WorkloadRunner(spec_for(rate, duration, seed), url, hist).run(), "auto")
     hist.close()
     [res] = check_all([LatencySLO()], read_history(path), RunContext(run_id="bench"))
     steady = res.details["windows"]["steady"]
@@ -76,6 +83,27 @@ def ordeal_run(url: str, rate: float, duration: float, seed: int, tmp: Path) -> 
             "checker": {m: {"p50": steady[m]["p50"], "p99": steady[m]["p99"]}
                         for m, _ in METRICS},
             "raw": raw}
+
+
+class OrdealWorker:
+    """Ordeal's client in a process of its own (spawned once), as vLLM's
+    is: ``ordeal_run`` there."""
+
+    def __init__(self) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+
+    def start(self, url: str, rate: float, duration: float, seed: int, tmp: Path) -> Any:
+        return self.pool.submit(ordeal_run, url, rate, duration, seed, tmp)
+
+    def run(self, url: str, rate: float, duration: float, seed: int,
+            tmp: Path) -> dict[str, Any]:
+        return self.start(url, rate, duration, seed, tmp).result()
+
+    def stop(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
 
 
 class VllmWorker:
@@ -156,7 +184,7 @@ def run(quick: bool = False, pairs: int | None = None, rate: float = 4.0) -> dic
     from nodes.ports import free_ports
     from ordeal.topology import Endpoint
 
-    pairs = pairs or (3 if quick else 6)
+    pairs = pairs or (3 if quick else 10)  # 10 x ~80 requests: a p99 of ~800 samples
     duration = 15.0 if quick else 20.0
     tmp = Path(tempfile.mkdtemp(prefix="ordeal-bench-agree-"))
     os.environ.setdefault("ORDEAL_STATE_DIR", str(tmp / "state"))
@@ -171,6 +199,7 @@ def run(quick: bool = False, pairs: int | None = None, rate: float = 4.0) -> dic
     t0 = time.monotonic()
     rep.start()
     worker = VllmWorker(tmp)
+    ordeal = OrdealWorker()
     runs: list[dict[str, Any]] = []
     concurrent: list[dict[str, Any]] = []
     try:
@@ -178,11 +207,11 @@ def run(quick: bool = False, pairs: int | None = None, rate: float = 4.0) -> dic
         url = rep.endpoint.url
         progress(f"agreement: replica ready in {time.monotonic() - t0:.0f}s; {pairs} pairs of "
                  f"runs, {rate:g} req/s for {duration:g}s each, alternating who goes first")
-        ordeal_run(url, rate, 3.0, 999, tmp)  # warm-up: the first requests are slow
+        ordeal.run(url, rate, 3.0, 999, tmp)  # warm-up: the first requests are slow
         for i in range(pairs):
             order = ["ordeal", "vllm"] if i % 2 == 0 else ["vllm", "ordeal"]
             for client in order:
-                res = (ordeal_run(url, rate, duration, i, tmp) if client == "ordeal"
+                res = (ordeal.run(url, rate, duration, i, tmp) if client == "ordeal"
                        else vllm_run(worker, url, rate, duration, i, tmp))
                 res.update({"client": client, "pair": i})
                 runs.append(res)
@@ -195,7 +224,7 @@ def run(quick: bool = False, pairs: int | None = None, rate: float = 4.0) -> dic
         progress(f"agreement: control run, both clients at once, {rate / 2:g} req/s each "
                  f"for {d2:g}s")
         worker.start(url, prompts, rate / 2, out)
-        o = ordeal_run(url, rate / 2, d2, 100, tmp)
+        o = ordeal.run(url, rate / 2, d2, 100, tmp)
         worker.wait()
         v = read_vllm(out, len(prompts.read_text().splitlines()))
         for res, client in ((o, "ordeal"), (v, "vllm")):
@@ -203,6 +232,7 @@ def run(quick: bool = False, pairs: int | None = None, rate: float = 4.0) -> dic
             concurrent.append(res)
             show(f"control {client:6}", res)
     finally:
+        ordeal.stop()
         worker.stop()
         rep.stop()
     out_ = {"rate": rate, "duration_s": duration, "pairs": pairs, "goal_pct": GOAL_PCT,

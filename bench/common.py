@@ -185,8 +185,9 @@ class Child:
 
 
 def start_sse_server(itl_ms: float, cpu: int | None = None, tokens: int | None = None,
-                     log: Path | None = None) -> tuple[Child, int]:
-    argv = [PY, str(ROOT / "bench" / "sse_server.py"), "--itl-ms", str(itl_ms)]
+                     log: Path | None = None, phases: str = "arrival") -> tuple[Child, int]:
+    argv = [PY, str(ROOT / "bench" / "sse_server.py"), "--itl-ms", str(itl_ms),
+            "--phases", phases]
     if cpu is not None:
         argv += ["--cpu", str(cpu)]
     if tokens is not None:

@@ -82,6 +82,7 @@ def run_ordeal(args: argparse.Namespace) -> dict[str, Any]:
     from load import event_loop
     from load.workers import run_in_workers
     from load.workload import WorkloadRunner, WorkloadSpec, plan_requests
+    from ordeal.history.ops import stream_texts
     from ordeal.history.reader import read_history
     from ordeal.history.writer import History
 
@@ -131,13 +132,20 @@ def run_ordeal(args: argparse.Namespace) -> dict[str, Any]:
         ttft.append(v["ttft_ms"])
         stream_s += v["e2e_ms"] / 1e3
         itl.extend(v.get("itl_ms") or [])
-        for c in (v.get("stream") or {}).get("chunks") or []:
+        # Each token event's arrival from the send: TTFT, then the ITLs
+        # (the history keeps times as these columns, not per event).
+        t_ms = v["ttft_ms"]
+        times = [t_ms]
+        for gap in v.get("itl_ms") or []:
+            t_ms += gap
+            times.append(t_ms)
+        for t, text in zip(times, stream_texts(v.get("stream"))):
             chunks += 1
-            st = stamps(c.get("text") or "")
+            st = stamps(text)
             if st and start is not None:
                 # start_ns is taken right after the invoke op's time (tens of µs later),
-                # so this overstates the lag by that much at most.
-                lag.append((start + c["t_ms"] * 1e6 - st[0]) / 1e6)
+                # so this understates the lag by that much at most.
+                lag.append((start + t * 1e6 - st[0]) / 1e6)
     return summarize(len(plan) if plan else sent, args.duration, sent, ok, dispatch, lag, chunks,
                      cpu_s, wall_s, ttft, itl, stream_s)
 
@@ -191,6 +199,12 @@ def vllm_figures(res: dict[str, Any], args: argparse.Namespace) -> dict[str, Any
                                                      "duration", "median_ttft_ms", "p99_ttft_ms",
                                                      "median_itl_ms", "p99_itl_ms")}
     out["t_start"], out["t_end"] = res["t_start"], res["t_start"] + res["wall_s"]
+    # The load itself (time.perf_counter() is CLOCK_MONOTONIC here, as
+    # time.monotonic()): first send to the last token of the last request.
+    ends = [st + (tt or 0.0) + sum(itls) for st, tt, itls in
+            zip(starts, res["ttfts"], res["itls"])]
+    if starts:
+        out["load_start"], out["load_end"] = min(starts), max(ends)
     return out
 
 

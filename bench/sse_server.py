@@ -3,10 +3,17 @@ bottleneck when a load generator is measured (bench/bench_load.py), and a
 real process for the fault-effect bench (bench/bench_faults.py).
 
     python bench/sse_server.py --port P [--itl-ms 10] [--tokens N] [--cpu C] [--reuse-port]
+                               [--phases arrival|random] [--seed S]
 
 Raw asyncio protocol (uvloop when importable), HTTP/1.1 keep-alive, chunked
 transfer like vLLM's server. Every stream gets a token every ``--itl-ms`` from
-its arrival (1 ms tick), so many streams' tokens are spread in time. Each chunk's
+its arrival (1 ms tick), so many streams' tokens are spread in time. With
+``--phases random`` a stream's first token comes a random 0 to ``--itl-ms``
+after its arrival instead (seeded): the server, not the client's start-up,
+decides how the streams' tokens spread over the ITL, so two clients under a
+closed loop meet the same spread (bench/results/notes.md, 2026-12-05: at 1,024
+streams one client's first wave left its streams' tokens in one 15 ms burst
+per 50 ms, the other's in two). Each chunk's
 text is the server's CLOCK_MONOTONIC time in ns when it was written, so a
 client on the same machine can tell how late it recorded the chunk.
 
@@ -22,6 +29,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import signal
 import sys
 import time
@@ -52,8 +60,9 @@ class Engine:
 
     TICK_S = 0.001
 
-    def __init__(self, itl_s: float):
+    def __init__(self, itl_s: float, random_phases: bool = False, seed: int = 0):
         self.itl_ticks = max(1, round(itl_s / self.TICK_S))
+        self.phase = random.Random(seed) if random_phases else None
         self.buckets: dict[int, list[Stream]] = {}
         self.tick = 0
         self.t0 = 0.0
@@ -67,7 +76,8 @@ class Engine:
     def add(self, s: Stream) -> None:
         self.running += 1
         self.max_running = max(self.max_running, self.running)
-        self.buckets.setdefault(self.tick + 1, []).append(s)
+        delay = 1 + (self.phase.randrange(self.itl_ticks) if self.phase else 0)
+        self.buckets.setdefault(self.tick + delay, []).append(s)
         self.wake.set()
 
     async def run(self) -> None:
@@ -184,9 +194,10 @@ class Http(asyncio.Protocol):
         self.engine.add(Stream(self.t, tokens, rid, ptoks))
 
 
-async def serve(port: int, host: str, itl_s: float, reuse_port: bool = False) -> None:
+async def serve(port: int, host: str, itl_s: float, reuse_port: bool = False,
+                random_phases: bool = False, seed: int = 0) -> None:
     loop = asyncio.get_running_loop()
-    engine = Engine(itl_s)
+    engine = Engine(itl_s, random_phases, seed)
     Http.engine = engine
     server = await loop.create_server(Http, host, port, backlog=4096, reuse_address=True,
                                       reuse_port=reuse_port or None)
@@ -210,6 +221,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--itl-ms", type=float, default=10.0)
     ap.add_argument("--tokens", type=int, default=None, help="force this many tokens per stream")
     ap.add_argument("--cpu", type=int, default=None, help="pin to this core")
+    ap.add_argument("--phases", choices=["arrival", "random"], default="arrival",
+                    help="when a stream's tokens come: every --itl-ms from its arrival "
+                         "(default), or from a random 0 to --itl-ms after it")
+    ap.add_argument("--seed", type=int, default=0, help="for --phases random")
     ap.add_argument("--reuse-port", action="store_true",
                     help="SO_REUSEPORT: several servers on one port share the connections "
                          "(bench/bench_workers.py, so the server is not the limit)")
@@ -222,7 +237,8 @@ def main(argv: list[str] | None = None) -> None:
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(serve(args.port, args.host, args.itl_ms / 1000, args.reuse_port))
+    asyncio.run(serve(args.port, args.host, args.itl_ms / 1000, args.reuse_port,
+                      args.phases == "random", args.seed))
 
 
 if __name__ == "__main__":

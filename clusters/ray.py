@@ -64,6 +64,7 @@ from engines.vllm.nodes import (
     replica_env,
 )
 from faults.ray_node import RAY_OWNER_FILE, RAY_TEMP_PREFIX
+from load.workers import START_TIMEOUT_S, SocketWorkers, WorkerJob, connect_and_run
 from nodes.ports import free_ports
 from nodes.process import ManagedProcess, group_members
 from nodes.waits import http_get
@@ -178,6 +179,117 @@ class ReplicaActor:
 
 
 # -- the simulated Ray nodes ------------------------------------------------
+
+# -- load workers as actors on the Ray nodes ---------------------------------
+
+class LoadWorkerActor:
+    """One load worker (load/workers.py) in a Ray worker process on the
+    node Ray chose: it dials the harness (``SocketWorkers``) and runs its
+    share of the plan there, so the load grows with the Ray cluster."""
+
+    def node(self) -> tuple[str, int]:
+        ray = ray_module()
+        return ray.get_runtime_context().get_node_id(), os.getpid()
+
+    def run(self, address: tuple[str, int], key: bytes, job: WorkerJob) -> None:
+        connect_and_run(address, key, job)
+
+
+class _ActorHandle:
+    """A load worker actor, as load.workers.WorkerPool sees a worker."""
+
+    def __init__(self, ray: Any, actor: Any, name: str):
+        self.ray, self.actor, self.name = ray, actor, name
+        self.ref: Any = None  # the run() task
+        self.ready: tuple[Any, ...] | None = None
+
+    def exited(self) -> str | None:
+        if self.ref is None:
+            return None
+        done, _ = self.ray.wait([self.ref], timeout=0)
+        if not done:
+            return None
+        try:
+            self.ray.get(self.ref, timeout=0)
+            return f"actor {self.name} returned"
+        except Exception as e:  # noqa: BLE001 - how it ended is the answer
+            return f"actor {self.name} failed: {type(e).__name__}: {str(e)[:300]}"
+
+    def end(self, grace_s: float = 5.0) -> None:
+        """Let its run() return (the worker said done), then end the actor:
+        ours, by its handle."""
+        if self.ref is not None:
+            self.ray.wait([self.ref], timeout=grace_s)
+        try:
+            self.ray.kill(self.actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+
+class RayLoadLauncher:
+    """``--load-workers N`` on ``--cluster ray``: each worker a Ray actor,
+    spread over the Ray nodes that run replicas (worker *i* on node *i* mod
+    the nodes, by a sliver of that node's ``ordeal-node-i`` resource; on a
+    cluster Ordeal joined, a soft affinity to its alive nodes), dialling
+    back to this process over TCP. On this machine the nodes share its cores; on a
+    real cluster each node brings its own (docs/ray.md)."""
+
+    what = "Ray actors"
+
+    def __init__(self, cluster: "RayCluster"):
+        self.cluster = cluster
+        self.listener: SocketWorkers | None = None
+        self.placed: list[str] = []  # the Ray node each worker ran on
+
+    def launch(self, jobs: list[WorkerJob]) -> list[tuple[Any, Any]]:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray = ray_module()
+        self.listener = SocketWorkers(self.cluster.spec.host)
+        actor_cls = ray.remote(LoadWorkerActor)
+        handles: list[_ActorHandle] = []
+        nodes = self.cluster.ray_nodes
+        try:
+            for job in jobs:
+                name = f"{self.cluster.cluster_id}-load-{job.rid_prefix}-{job.index}"
+                if nodes and not self.cluster.joined:
+                    # A sliver of the node's own resource: Ray must put it
+                    # there (a soft node affinity alone was not kept: seen
+                    # 2026-12-05, both workers off their nodes).
+                    where: dict[str, Any] = {"resources": {
+                        f"ordeal-node-{job.index % len(nodes)}": 0.001}}
+                else:  # a cluster Ordeal joined: spread over its alive nodes
+                    alive = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+                    where = {"scheduling_strategy": NodeAffinitySchedulingStrategy(
+                        alive[job.index % len(alive)], soft=True)}
+                actor = actor_cls.options(name=name, num_cpus=0, max_restarts=0,
+                                          max_task_retries=0, **where).remote()
+                handles.append(_ActorHandle(ray, actor, name))
+            placed = ray.get([h.actor.node.remote() for h in handles], timeout=START_TIMEOUT_S)
+            names = {n.node_id: n.name for n in nodes}
+            self.placed = [names.get(node_id, node_id[:12]) for node_id, _pid in placed]
+            for h, job in zip(handles, jobs):
+                h.ref = h.actor.run.remote(self.listener.address, self.listener.key, job)
+            conns = self.listener.accept(
+                len(jobs), START_TIMEOUT_S,
+                alive=lambda: next((g for g in (h.exited() for h in handles) if g), None))
+        except BaseException:
+            for h in handles:
+                h.end(grace_s=0)
+            self.close()
+            raise
+        out = []
+        for h, job in zip(handles, jobs):
+            h.ready = conns[job.index][1]
+            out.append((h, conns[job.index][0]))
+        self.cluster.progress(f"load: {len(jobs)} load worker actor(s) on "
+                              + ", ".join(self.placed))
+        return out
+
+    def close(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+
 
 @dataclass(frozen=True)
 class RayPorts:
@@ -471,6 +583,11 @@ class RayCluster(HostFrontCluster):
             return {"ray_node": placed.name if placed else None,
                     "ray_node_id": (node.node_id or "")[:12]}
         return {}
+
+    def load_worker_launcher(self) -> RayLoadLauncher:
+        """Where ``--load-workers`` run on this backend: actors on the Ray
+        nodes (load.workers.WorkerLauncher)."""
+        return RayLoadLauncher(self)
 
     def ray_node_of(self, replica: RayReplica) -> RayNode | None:
         for n in self.ray_nodes:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ordeal.history.ops import HARNESS, Op
+from ordeal.history.ops import HARNESS, Op, stream_texts
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 
@@ -38,7 +38,7 @@ def usage_problems(value: dict[str, Any], limit: int) -> tuple[str, list[str]]:
         if streamed != billed:
             found.append(f"streamed {streamed} token ids but usage says {billed}")
         return "exact", found
-    content = sum(1 for c in stream.get("chunks", []) if c.get("text"))
+    content = sum(1 for text in stream_texts(stream) if text)
     if not 1 <= content <= billed:
         found.append(f"{content} content chunks for {billed} billed tokens")
     return "bounded_only", found

@@ -21,6 +21,16 @@ loop as one message, so the writer's core is spent on the envelope, the
 CRC and the write, not on every chunk of every stream (``History.append_encoded``
 writes the same bytes ``append`` would). Measured in bench/results/workers.json.
 
+Everything between the parent and a worker goes over that one
+connection, in both directions: the worker's ops up, and down the start,
+how far the plan may go (``horizon``) and ``stop``. Times cross it as
+seconds of the plan (from the shared start), never as a clock reading, so
+a worker's clock need not be the parent's: the same worker runs on
+another host behind a socket (``SocketWorkers``). A *launcher* starts the
+workers: ``ProcessLauncher`` (the default) as the parent's children, or
+one that places them elsewhere (clusters/ray.py: Ray actors on the Ray
+nodes, on ``--cluster ray``).
+
 Processes are started with ``spawn``: the parent holds threads (the
 history's sealer, the health probe) and a running event loop, which a
 forked child would inherit half-copied. Workers are the parent's children,
@@ -35,11 +45,13 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import secrets
+import socket
 import time
 import traceback
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
-from typing import Any, Callable
+from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
+from typing import Any, Callable, Protocol
 
 from load import event_loop
 from load.workload import OpenAIClient, WorkloadRunner, url_endpoint
@@ -109,7 +121,7 @@ class PipeRecorder:
             self.conn.send(("ops", batch))
         except (BrokenPipeError, ConnectionResetError, EOFError) as e:
             # The parent is gone: nothing more would be recorded.
-            self.broken = HistoryWriteError(f"load worker: the parent's pipe closed: {e}")
+            self.broken = HistoryWriteError(f"load worker: the connection to the parent closed: {e}")
 
 
 def _encode(value: dict[str, Any]) -> str:
@@ -120,9 +132,9 @@ def _encode(value: dict[str, Any]) -> str:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def worker_main(conn: Connection, stop: Any, horizon: Any, job: WorkerJob) -> None:
-    """A worker process: say ready, wait for the shared start, run its
-    share, say done (with the error, if it ended on one)."""
+def worker_main(conn: Connection, job: WorkerJob) -> None:
+    """A worker: say ready, wait for the shared start, run its share, say
+    done (with the error, if it ended on one)."""
     error: str | None = None
     load_cpu_s = 0.0
     recorder: PipeRecorder | None = None
@@ -140,11 +152,12 @@ def worker_main(conn: Connection, stop: Any, horizon: Any, job: WorkerJob) -> No
                                 client=lambda: OpenAIClient(job.spec, job.base_url, job.options),
                                 share=(job.index, job.count))
         runner.rid_prefix = job.rid_prefix
-        conn.send(("ready", os.getpid()))
+        conn.send(("ready", job.index, os.getpid(), socket.gethostname()))
         message = conn.recv()
-        if message[0] == "go":
+        if message[0] == "go":  # ("go", start in s from now, plan seconds it may send)
             cpu0 = time.process_time()  # the load's own CPU, past the start-up's imports
-            event_loop.run(_run_share(runner, stop, horizon, t0=message[1]), job.loop)
+            t0 = time.monotonic() + message[1]
+            event_loop.run(_run_share(runner, conn, _Control(t0, t0 + message[2])), job.loop)
             load_cpu_s = time.process_time() - cpu0
     except BaseException as e:  # noqa: BLE001 - said to the parent, which records it
         error = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
@@ -158,60 +171,218 @@ def worker_main(conn: Connection, stop: Any, horizon: Any, job: WorkerJob) -> No
         conn.close()
 
 
-async def _run_share(runner: Any, stop: Any, horizon: Any, t0: float) -> None:
+@dataclass
+class _Control:
+    """What the parent has said, in this worker's clock."""
+
+    t0: float  # the shared start (time.monotonic() here)
+    horizon: float  # requests due before it may be sent
+    stopped: bool = False
+
+
+async def _run_share(runner: Any, conn: Connection, control: _Control) -> None:
     """The runner until the parent says stop: the parent alone knows the
     run's duration, its heals and its stop conditions. A request due
     before ``horizon`` (the load's duration, pushed on by the parent while
     it goes on past it) is sent; one due later waits until the parent
     either pushes the horizon past it or stops, so the workers together
-    send what one process would have."""
+    send what one process would have. A parent gone is a stop."""
+    loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        control.stopped = True
+        runner.stop()  # no new request; those in flight complete
+        loop.remove_reader(conn.fileno())
+
+    def readable() -> None:
+        try:
+            while conn.poll():
+                message = conn.recv()
+                if message[0] == "horizon":
+                    control.horizon = max(control.horizon, control.t0 + message[1])
+                elif message[0] == "stop":
+                    stop()
+                    return
+        except (EOFError, OSError):
+            stop()
 
     async def gate(due: float) -> bool:
-        while due >= horizon.value:
-            if stop.is_set():
+        while due >= control.horizon:
+            if control.stopped:
                 return False
             await asyncio.sleep(0.01)
-        return True
-
-    async def watch() -> None:
-        while not stop.is_set():
-            await asyncio.sleep(0.02)
-        runner.stop()  # no new request; those in flight complete
+        return not control.stopped
 
     runner.gate = gate
-    watcher = asyncio.create_task(watch())
+    loop.add_reader(conn.fileno(), readable)
     try:
-        await runner.run(until=lambda: False, max_s=float("inf"), t0=t0)
+        await runner.run(until=lambda: False, max_s=float("inf"), t0=control.t0)
     finally:
-        watcher.cancel()
+        if not control.stopped:
+            loop.remove_reader(conn.fileno())
+
+
+# -- launchers: where the workers run ------------------------------------------
+
+class WorkerHandle(Protocol):
+    """One started worker, as the pool sees it, whatever runs it.
+    ``ready``: its "ready" message when the launcher already read it (a
+    socket's first message says which worker dialled); else None."""
+
+    ready: tuple[Any, ...] | None
+
+    def exited(self) -> str | None:
+        """None while it runs; else how it ended ("exit code 1")."""
+        ...
+
+    def end(self, grace_s: float = 5.0) -> None:
+        """End it now: ours only, by its own id."""
+        ...
+
+
+class WorkerLauncher(Protocol):
+    """Starts workers and gives the pool a connection to each."""
+
+    what: str  # for the progress line: "worker processes", "Ray actors"
+
+    def launch(self, jobs: list[WorkerJob]) -> list[tuple[WorkerHandle, Connection]]:
+        """Start one worker per job; the i-th pair is jobs[i]'s."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class _ProcessHandle:
+    ready = None
+
+    def __init__(self, process: Any):
+        self.process = process
+
+    def exited(self) -> str | None:
+        return None if self.process.is_alive() else f"exit code {self.process.exitcode}"
+
+    def end(self, grace_s: float = 5.0) -> None:
+        p = self.process
+        if p.is_alive():
+            p.terminate()
+        p.join(grace_s)
+        if p.is_alive():
+            p.kill()
+            p.join(grace_s)
+
+
+class ProcessLauncher:
+    """The default: each worker a child process of this one, on this host,
+    over a pipe."""
+
+    what = "worker processes"
+
+    def __init__(self) -> None:
+        self.ctx = multiprocessing.get_context("spawn")
+
+    def launch(self, jobs: list[WorkerJob]) -> list[tuple[WorkerHandle, Connection]]:
+        out: list[tuple[WorkerHandle, Connection]] = []
+        for job in jobs:
+            parent, child = self.ctx.Pipe(duplex=True)
+            proc = self.ctx.Process(target=worker_main, args=(child, job),
+                                    name=f"ordeal-load-worker-{job.index}", daemon=True)
+            proc.start()
+            child.close()
+            out.append((_ProcessHandle(proc), parent))
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+class SocketWorkers:
+    """The parent's end for workers elsewhere (another process tree,
+    another host): a TCP listener each worker dials with ``connect_and_run``,
+    authenticated by a key made for this load (multiprocessing's HMAC
+    challenge, both ways), so nothing but our workers gets a connection.
+    ``host``: an address of this machine the workers can reach."""
+
+    def __init__(self, host: str = "127.0.0.1"):
+        self.key = secrets.token_bytes(32)
+        self.server = socket.create_server((host, 0))
+        self.address = self.server.getsockname()[:2]
+
+    def accept(self, count: int, timeout_s: float,
+               alive: Callable[[], str | None] = lambda: None
+               ) -> dict[int, tuple[Connection, tuple[Any, ...]]]:
+        """``count`` authenticated connections with the "ready" message
+        each sent first, by the worker index it names. ``alive`` says why
+        the workers cannot come any more (one of them ended), to stop
+        waiting early."""
+        out: dict[int, tuple[Connection, tuple[Any, ...]]] = {}
+        deadline = time.monotonic() + timeout_s
+        self.server.settimeout(0.5)
+        while len(out) < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{count - len(out)} of {count} load workers did not connect "
+                                   f"to {self.address[0]}:{self.address[1]} within "
+                                   f"{timeout_s:.0f}s (can they reach this host?)")
+            gone = alive()
+            if gone:
+                raise RuntimeError(f"a load worker ended before it connected: {gone}")
+            try:
+                sock, _ = self.server.accept()
+            except socket.timeout:
+                continue
+            sock.setblocking(True)  # Connection reads the descriptor itself
+            conn = Connection(sock.detach())
+            try:
+                deliver_challenge(conn, self.key)
+                answer_challenge(conn, self.key)
+                message = conn.recv()
+            except (OSError, EOFError, multiprocessing.AuthenticationError):
+                conn.close()  # not one of ours, or it broke: the deadline still counts
+                continue
+            if message[0] != "ready":
+                conn.close()
+                raise RuntimeError(f"load worker failed to start: {message[1]}")
+            out[message[1]] = (conn, message)
+        return out
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def connect_and_run(address: tuple[str, int], key: bytes, job: WorkerJob) -> None:
+    """A worker elsewhere (a Ray actor): dial the parent's ``SocketWorkers``
+    and run ``job`` over that connection."""
+    conn = Client(tuple(address), authkey=key)
+    worker_main(conn, job)
 
 
 @dataclass
 class _Worker:
     index: int
-    process: Any
+    handle: WorkerHandle
     conn: Connection
     pid: int | None = None
+    host: str | None = None
     done: bool = False
     error: str | None = None
     open: dict[Any, tuple[str, int | None]] = field(default_factory=dict)  # process -> (f, seq)
 
 
 class WorkerPool:
-    """The parent's side: N worker processes, their ops into ``history``."""
+    """The parent's side: N workers, their ops into ``history``."""
 
     def __init__(self, spec: Any, base_url: str, options: Any, count: int, rid_prefix: str,
-                 history: Any, progress: Any = None, loop: str = "auto"):
+                 history: Any, progress: Any = None, loop: str = "auto",
+                 launcher: WorkerLauncher | None = None):
         self.spec, self.base_url, self.options = spec, base_url, options
         self.loop = loop
         self.count = check_workers(count)
         self.rid_prefix = rid_prefix
         self.history = history
         self.progress = progress
-        self.ctx = multiprocessing.get_context("spawn")
-        self.stop_event = self.ctx.Event()
-        # Requests due before it may be sent (time.monotonic(), shared).
-        self.horizon = self.ctx.Value("d", float("inf"))
+        self.launcher = launcher or ProcessLauncher()
+        self.t0 = 0.0  # the shared start, time.monotonic() here
+        self.horizon_s = float("inf")  # plan seconds the workers may send up to
+        self.stopped = False
         self.workers: list[_Worker] = []
         self.in_flight = 0
         self.load_cpu_s = 0.0  # the workers' CPU seconds from the shared start to done
@@ -220,42 +391,43 @@ class WorkerPool:
 
     # -- start ------------------------------------------------------------------
     async def start(self) -> float:
-        """Spawn every worker, wait until each is ready, give them one start
-        time; returns it (time.monotonic(), the same clock in every process)."""
+        """Start every worker, wait until each is ready, give them one start
+        time; returns it (time.monotonic() here; each worker gets it as
+        seconds from now, in its own clock)."""
         loop = asyncio.get_running_loop()
         # The in-flight limit is the run's, shared: each worker gets its part.
         share_spec = dataclasses.replace(
             self.spec, max_in_flight=max(1, -(-self.spec.max_in_flight // self.count)))
-        for i in range(self.count):
-            parent, child = self.ctx.Pipe(duplex=True)
-            job = WorkerJob(share_spec, self.base_url, self.options, i, self.count,
-                            self.rid_prefix, self.loop)
-            proc = self.ctx.Process(target=worker_main, args=(child, self.stop_event, self.horizon, job),
-                                    name=f"ordeal-load-worker-{i}", daemon=True)
-            proc.start()
-            child.close()
-            self.workers.append(_Worker(i, proc, parent))
+        jobs = [WorkerJob(share_spec, self.base_url, self.options, i, self.count,
+                          self.rid_prefix, self.loop) for i in range(self.count)]
+        started = await asyncio.to_thread(self.launcher.launch, jobs)
+        self.workers = [_Worker(i, handle, conn) for i, (handle, conn) in enumerate(started)]
         deadline = time.monotonic() + START_TIMEOUT_S
         for w in self.workers:
-            while not w.conn.poll():
-                if not w.process.is_alive() or time.monotonic() > deadline:
-                    raise RuntimeError(f"load worker {w.index} did not start "
-                                       f"(exit code {w.process.exitcode}) within "
-                                       f"{START_TIMEOUT_S:.0f}s")
-                await asyncio.sleep(0.05)
-            message = w.conn.recv()
+            message = w.handle.ready
+            if message is None:
+                while not w.conn.poll():
+                    gone = w.handle.exited()
+                    if gone or time.monotonic() > deadline:
+                        raise RuntimeError(f"load worker {w.index} did not start "
+                                           f"({gone or 'still starting'}) within "
+                                           f"{START_TIMEOUT_S:.0f}s")
+                    await asyncio.sleep(0.05)
+                message = w.conn.recv()
             if message[0] != "ready":  # it ended at once, with why
                 raise RuntimeError(f"load worker {w.index} failed to start: {message[1]}")
-            w.pid = message[1]
-        t0 = time.monotonic() + 0.05
-        self.horizon.value = t0 + self.spec.duration_s
+            w.pid, w.host = message[2], message[3]
+        self.t0 = time.monotonic() + 0.05
+        self.horizon_s = self.spec.duration_s
         for w in self.workers:
-            w.conn.send(("go", t0))
+            w.conn.send(("go", self.t0 - time.monotonic(), self.horizon_s))
             loop.add_reader(w.conn.fileno(), self._readable, w)
         if self.progress:
-            self.progress(f"load: {self.count} worker processes "
-                          f"(pids {', '.join(str(w.pid) for w in self.workers)})")
-        return t0
+            here = socket.gethostname()
+            self.progress(f"load: {self.count} {self.launcher.what} (pids "
+                          + ", ".join(str(w.pid) + ("" if w.host == here else f" on {w.host}")
+                                      for w in self.workers) + ")")
+        return self.t0
 
     # -- ops --------------------------------------------------------------------
     def _readable(self, w: _Worker) -> None:
@@ -264,7 +436,7 @@ class WorkerPool:
                 self._handle(w, w.conn.recv())
         except (EOFError, OSError):
             self._lost(w, f"load worker {w.index} (pid {w.pid}) died "
-                          f"(exit code {w.process.exitcode})")
+                          f"({w.handle.exited() or 'its connection closed'})")
 
     def _handle(self, w: _Worker, message: tuple[Any, ...]) -> None:
         if message[0] == "done":
@@ -322,49 +494,57 @@ class WorkerPool:
             pass
 
     # -- stop -------------------------------------------------------------------
+    def _say(self, message: tuple[Any, ...]) -> None:
+        for w in self.workers:
+            if not w.done:
+                try:
+                    w.conn.send(message)
+                except OSError:
+                    pass  # gone: its reader sees the EOF and records why
+
     def stop(self) -> None:
         """No worker sends a new request; those in flight complete."""
-        self.horizon.value = min(self.horizon.value, time.monotonic())
-        self.stop_event.set()
+        if not self.stopped:
+            self.stopped = True
+            self._say(("stop",))
 
     def go_on(self, until: float) -> None:
         """The load goes on past its duration (a fault has not healed):
-        requests due before ``until`` may be sent."""
-        if not self.stop_event.is_set():
-            self.horizon.value = max(self.horizon.value, until)
+        requests due before ``until`` (time.monotonic() here) may be sent."""
+        if not self.stopped and until - self.t0 > self.horizon_s:
+            self.horizon_s = until - self.t0
+            self._say(("horizon", self.horizon_s))
 
     def all_done(self) -> bool:
         for w in self.workers:
-            if not w.done and not w.process.is_alive():
+            gone = None if w.done else w.handle.exited()
+            if gone:
                 self._readable(w)  # what it sent before it exited, then EOF
                 if not w.done:
                     self._lost(w, f"load worker {w.index} (pid {w.pid}) exited "
-                                  f"(exit code {w.process.exitcode}) without saying done")
+                                  f"({gone}) without saying done")
         return all(w.done for w in self.workers)
 
     async def close(self, grace_s: float) -> None:
         """Stop, wait up to ``grace_s`` for the workers to finish what is in
-        flight, then end those left (our own children, by pid)."""
+        flight, then end those left (ours, each by its own id)."""
         self.stop()
         deadline = time.monotonic() + grace_s
         while not self.all_done() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         for w in self.workers:
-            if w.process.is_alive():
-                w.process.terminate()
-            w.process.join(5)
-            if w.process.is_alive():
-                w.process.kill()
-                w.process.join(5)
+            await asyncio.to_thread(w.handle.end)
             if not w.done:
                 self._lost(w, f"load worker {w.index} (pid {w.pid}) ended by the harness "
                               f"after {grace_s:.0f}s")
             w.conn.close()
+        self.launcher.close()
 
 
 async def run_in_workers(runner: WorkloadRunner, count: int, options: Any = None,
                          until: Callable[[], bool] | None = None,
-                         max_s: float | None = None, loop: str = "auto") -> None:
+                         max_s: float | None = None, loop: str = "auto",
+                         launcher: WorkerLauncher | None = None) -> None:
     """``runner.run(until, max_s)`` with the load in ``count`` processes:
     this loop records their ops into ``runner.history`` and decides when
     they stop, by the same rule (the duration, then ``until``, never past
@@ -372,10 +552,11 @@ async def run_in_workers(runner: WorkloadRunner, count: int, options: Any = None
     (load.workload.ClientOptions; an external deployment's headers, key
     variable, TLS). Sets ``runner.t0``, ``runner.worker_errors`` (a
     worker that died) and ``runner.worker_cpu_s`` (the workers' CPU from
-    the shared start). ``loop``: each worker's event loop (load.event_loop)."""
+    the shared start). ``loop``: each worker's event loop (load.event_loop).
+    ``launcher``: where the workers run (default: this host's processes)."""
     spec = runner.spec
     pool = WorkerPool(spec, runner.base_url, options, count, runner.rid_prefix,
-                      runner.history, runner.progress, loop)
+                      runner.history, runner.progress, loop, launcher)
     reporter: asyncio.Task[None] | None = None
     try:
         t0 = runner.t0 = await pool.start()

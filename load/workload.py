@@ -751,13 +751,13 @@ async def send_request(session: aiohttp.ClientSession, base_url: str, req: Plann
     except aiohttp.ClientConnectorError as e:
         return Outcome("fail", {"node": node}, f"connect failed (request not sent): {e}")
     except asyncio.TimeoutError:
-        kind = "stream" if recorder.record.chunks else "response"
+        kind = "stream" if recorder.record.n_chunks else "response"
         return Outcome("info", {"status": status, "node": node,
-                                "stream": recorder.record.to_value() if req.stream else None},
+                                "stream": recorder.record.to_value(start) if req.stream else None},
                        f"timeout after {timeout_s}s waiting for the {kind}")
     except (aiohttp.ClientError, ConnectionError, OSError) as e:
         return Outcome("info", {"status": status, "node": node,
-                                "stream": recorder.record.to_value() if req.stream else None},
+                                "stream": recorder.record.to_value(start) if req.stream else None},
                        f"connection lost: {type(e).__name__}: {e}")
 
     end = time.monotonic_ns()

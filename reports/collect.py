@@ -27,7 +27,7 @@ from invariants.histogram import LatencyHistogram
 from invariants.requests import RequestPairer, Timeline
 from invariants.settings import SLOTargets
 from invariants.slo import figure, meets_slo
-from ordeal.history.ops import MONITOR, NEMESIS, Op
+from ordeal.history.ops import MONITOR, NEMESIS, Op, stream_texts
 from ordeal.history.reader import read_history
 from ordeal.history.windows import CLOSED, OPENED, FaultWindows
 
@@ -85,9 +85,8 @@ def output_text(value: dict[str, Any]) -> str:
     """The model's output as far as the history has it (streamed chunks or
     a text field), truncated. Untrusted: escaped when written."""
     stream = value.get("stream")
-    if isinstance(stream, dict) and isinstance(stream.get("chunks"), list):
-        text = "".join(str(c.get("text") or "") for c in stream["chunks"][:200]
-                       if isinstance(c, dict))
+    if isinstance(stream, dict) and ("texts" in stream or "chunks" in stream):
+        text = "".join(stream_texts(stream)[:200])
     else:
         text = str(value.get("text") or value.get("output") or "")
     return text[:TEXT_CAP]

@@ -102,6 +102,7 @@ class OrdealRun:
         self.drain_s = 3.0  # wait after the load before the drained sample
         # --load-workers: the load in this many processes (load/workers.py).
         self.load_workers = 1
+        self.load_launcher: Any = None  # load.workers.WorkerLauncher; None: this host
         # --load-loop: the load's event loop (load/event_loop.py).
         self.load_loop = "auto"
         self.schedule: list[dict[str, Any]] = []
@@ -177,6 +178,10 @@ class OrdealRun:
             raise ConfigError(f"--load-workers {workers}: the load workers speak the OpenAI "
                               f"API only; --engine {self.engine.name} runs its load in one "
                               "process (give --load-workers 1)")
+        # Where the workers run: a backend that has nodes of its own for them
+        # says so (--cluster ray: actors on the Ray nodes); else this host.
+        placer = getattr(self.cluster, "load_worker_launcher", None)
+        self.load_launcher = placer() if workers > 1 and placer else None
         runner = WorkloadRunner(spec, entry, self.history, progress=self.progress,
                                 progress_every_s=getattr(self, "load_progress_every_s", 5.0),
                                 client=lambda: self.engine.client(spec, entry, self.cluster))
@@ -262,7 +267,8 @@ class OrdealRun:
                     await run_in_workers(runner, workers,
                                          getattr(self.cluster, "client_options", None),
                                          loop=getattr(self, "load_loop", "auto"),
-                                         until=settled, max_s=max(max_s, spec.duration_s))
+                                         until=settled, max_s=max(max_s, spec.duration_s),
+                                         launcher=self.load_launcher)
                 else:
                     await runner.run(until=settled, max_s=max(max_s, spec.duration_s))
             except BaseException:
@@ -376,6 +382,10 @@ class OrdealRun:
             duration_s=time.monotonic() - self._t0)
         self.summary["stopped"] = self.stop_reason
         self.summary["load_workers"] = getattr(self, "load_workers", 1)
+        launcher = getattr(self, "load_launcher", None)
+        if launcher is not None:  # not this host's processes: where they ran
+            self.summary["load_workers_on"] = {"what": launcher.what,
+                                               "nodes": getattr(launcher, "placed", [])}
         self.summary["load_loop"] = event_loop.describe(getattr(self, "load_loop", "auto"))
         if self.workload is not None:
             self.summary["workload_effective"] = describe_spec(self.workload)

@@ -81,6 +81,6 @@ def test_bench_sse_server_streams_what_the_suite_client_accepts(tmp_path):
     v = out.value
     assert v["output_tokens"] == 7 and v["finish_reason"] == "length"
     assert v["stream"]["sequence_problems"] == [] and v["stream"]["n_token_ids"] == 7
-    written = [stamps(c["text"])[0] for c in v["stream"]["chunks"]]
+    written = [stamps(text)[0] for text in v["stream"]["texts"]]
     assert len(written) == 7 and written == sorted(written)
     assert len(v["itl_ms"]) == 6

@@ -118,7 +118,7 @@ def test_stream_recorder_takes_any_event_and_records_json(events):
     value = rec.record.to_value()
     json.dumps(value, allow_nan=True)  # the history can write it
     assert len(value["errors"]) <= 5 and len(value["malformed"]) <= 5
-    assert len(value["ids"]) <= 9 and value["n_chunks"] >= len(value["chunks"])
+    assert len(value["ids"]) <= 9 and value["n_chunks"] >= len(value["texts"])
 
 
 def test_stream_recorder_keeps_at_most_max_chunks_and_counts_the_rest():
@@ -127,7 +127,7 @@ def test_stream_recorder_keeps_at_most_max_chunks_and_counts_the_rest():
     for i in range(MAX_STREAM_CHUNKS + 10):
         rec.on_event(ev, now_ns=i)
     r = rec.record
-    assert r.n_chunks == MAX_STREAM_CHUNKS + 10 and len(r.chunks) == MAX_STREAM_CHUNKS
+    assert r.n_chunks == MAX_STREAM_CHUNKS + 10 and len(r.text_parts) == len(r.token_times_ns) == MAX_STREAM_CHUNKS
     assert any("counted, not kept" in m for m in r.malformed)
     many_ids = StreamRecorder(0)
     for i in range(1000):

@@ -349,10 +349,10 @@ def test_lsn_jump_drop_duplicate_reorder_are_caught_and_healed(vllm_link, tmp_pa
     base = stream(link.listen.url)
     assert base.type == "ok", base.error
     ids = base.value["token_ids"]
-    chunks = base.value["stream"]["chunks"]
-    last = len(chunks) - 1  # the event that carries finish_reason
+    texts = base.value["stream"]["texts"]  # each event's text
+    last = len(texts) - 1  # the event that carries finish_reason
     # A place where two neighbouring events differ, so a swap is visible.
-    swap_at = next(i for i in range(1, last) if chunks[i]["text"] != chunks[i + 1]["text"])
+    swap_at = next(i for i in range(1, last) if texts[i] != texts[i + 1])
 
     def under(mode: str, after: int, count: int | None = None) -> Outcome:
         with LsnJump(link, "t", Ledger(), mode=mode, after_events=after, count=count):

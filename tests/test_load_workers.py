@@ -11,8 +11,11 @@ flight recorded as ``info`` with why while the other worker goes on.
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import signal
+import time
+from multiprocessing.connection import Client
 import subprocess
 import sys
 from collections import Counter
@@ -22,7 +25,7 @@ import pytest
 
 from faults import iptables
 from load.monitor import node_journal
-from load.workers import check_workers, run_in_workers
+from load.workers import SocketWorkers, check_workers, connect_and_run, run_in_workers
 from load.workload import WorkloadRunner, WorkloadSpec, plan_requests
 from ordeal.config import ConfigError
 from ordeal.history.reader import read_history
@@ -222,3 +225,101 @@ def test_a_run_with_load_workers_goes_on_past_its_duration_until_the_heal(ordeal
     assert span_s < 2.0 + 2.0, (span_s, last.value.get("lag_ms"))
     assert all(o.type == "ok" for o in ops if o.type in ("ok", "fail", "info")
                and o.process not in ("nemesis", "monitor"))
+
+
+class _SocketProcesses:
+    """A launcher whose workers dial back over TCP (load.workers.SocketWorkers)
+    the way a Ray actor on another node does (clusters/ray.py), here as
+    local processes: the transport without Ray."""
+
+    what = "socket workers"
+
+    def __init__(self) -> None:
+        self.listener: SocketWorkers | None = None
+
+    def launch(self, jobs):
+        self.listener = SocketWorkers()
+        ctx = multiprocessing.get_context("spawn")
+        procs = [ctx.Process(target=connect_and_run, daemon=True,
+                             args=(self.listener.address, self.listener.key, job))
+                 for job in jobs]
+        for proc in procs:
+            proc.start()
+        conns = self.listener.accept(len(jobs), 120)
+        out = []
+        for proc, job in zip(procs, jobs):
+            handle = _Handle(proc, conns[job.index][1])
+            out.append((handle, conns[job.index][0]))
+        return out
+
+    def close(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+
+
+class _Handle:
+    def __init__(self, proc, ready):
+        self.proc, self.ready = proc, ready
+
+    def exited(self):
+        return None if self.proc.is_alive() else f"exit code {self.proc.exitcode}"
+
+    def end(self, grace_s: float = 5.0) -> None:
+        self.proc.join(grace_s)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(grace_s)
+
+
+def test_a_socket_refuses_a_worker_without_the_key_and_says_who_never_came():
+    import threading
+
+    listener = SocketWorkers()
+    refused: list[BaseException] = []
+
+    def intruder() -> None:
+        try:
+            Client(listener.address, authkey=b"not the key")
+        except BaseException as e:  # noqa: BLE001 - what it got is the point
+            refused.append(e)
+
+    t = threading.Thread(target=intruder, daemon=True)
+    try:
+        t.start()
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError, match=r"1 of 1 load workers did not connect .* "
+                                                r"within 2s \(can they reach this host\?\)"):
+            listener.accept(1, 2.0)
+        assert time.monotonic() - t0 < 6
+    finally:
+        listener.close()
+        t.join(5)
+    assert refused and isinstance(refused[0], multiprocessing.AuthenticationError), refused
+
+
+@pytest.mark.cluster
+def test_workers_over_a_socket_send_the_plan_once_with_times_in_their_own_clock(
+        ordeal_cluster, tmp_path):
+    """The control (start, horizon, stop) crosses the connection as plan
+    seconds, so a worker behind a socket runs the same share as a child."""
+    h = History(tmp_path / "h.jsonl")
+    spec = WorkloadSpec(duration_s=5, rate=8, seed=13, max_tokens=(4, 8))
+    said: list[str] = []
+    runner = WorkloadRunner(spec, ordeal_cluster.entrypoint.url, h, progress=said.append)
+    launcher = _SocketProcesses()
+    asyncio.run(run_in_workers(runner, 2, launcher=launcher))
+    h.close()
+    ops = _ops(tmp_path / "h.jsonl")
+    assert any("2 socket workers (pids" in s for s in said), said
+    invokes = [o for o in ops if o.type == "invoke"]
+    assert sorted(o.value["seq"] for o in invokes) == [
+        r.seq for r in plan_requests(spec, limit_s=spec.duration_s)]
+    assert {o.value["worker"] for o in invokes} == {0, 1}
+    assert all(o.type == "ok" for o in ops if o.type != "invoke"), ops[-1]
+    # Sent on the plan's schedule: no request went out before it was due.
+    t0 = runner.t0 * 1e9
+    plan = {r.seq: r.at_s for r in plan_requests(spec, limit_s=spec.duration_s)}
+    early = [o.value["seq"] for o in invokes if o.time_ns < t0 + plan[o.value["seq"]] * 1e9 - 5e6]
+    assert early == [], early
+    late = max(o.value.get("lag_ms", 0.0) for o in invokes)  # from due, the worker's own
+    assert late < 1000, late

@@ -46,12 +46,10 @@ class Run:
         repeat of the running token count and one token id too many."""
         n = max_tokens
         words = text.split()
-        chunks = [{"t_ms": 10.0 + i, "id": f"cmpl-{p}", "text": " " + words[i % len(words)],
-                   "finish_reason": "length" if i == n - 1 else None, "n_tokens": 1}
-                  for i in range(n)]
+        chunks = [" " + words[i % len(words)] for i in range(n)]  # each event's text
         seq_problems = []
         if corrupt:
-            chunks.insert(3, dict(chunks[2]))
+            chunks.insert(3, chunks[2])
             seq_problems = ["completion_tokens repeated: 3 after 3"]
         value = {"seq": p, "status": 200, "node": node, "id": f"cmpl-{p}",
                  "finish_reason": "length",
@@ -63,11 +61,11 @@ class Run:
                             "after_done": 0, "errors": [], "malformed": [],
                             "n_chunks": len(chunks), "n_token_ids": len(chunks),
                             "sequence_problems": seq_problems, "seq_chunks": len(chunks),
-                            "chunks": chunks} if stream else None}
+                            "texts": chunks} if stream else None}
         if not stream:
             del value["stream"]
         if canary:
-            value["text"] = "".join(c["text"] for c in chunks)
+            value["text"] = "".join(chunks)
             value["token_ids"] = list(range(len(chunks)))
         return self.h.append("ok", p, "completions", value)
 

@@ -2,7 +2,8 @@
 raylets, simulated nodes on this machine) with real vLLM replicas: replicas
 on different Ray nodes, every Ray address on loopback, a lost node's replica
 rescheduled by Ray with its recovery time measured, a paused node healed,
-an existing process fault acting on a Ray replica, a SIGKILLed harness
+an existing process fault acting on a Ray replica, load workers as actors
+on the Ray nodes (``--load-workers`` on this backend), a SIGKILLed harness
 cleaned up by ``heal-all``, and clear errors for an address outside the
 allowed set and a Ray cluster that cannot start.
 
@@ -13,6 +14,7 @@ about 3-4 minutes on 2 cores.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -22,6 +24,7 @@ import sys
 import time
 import urllib.request
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import psutil
@@ -35,8 +38,12 @@ from faults.base import FaultError
 from faults.ledger import Ledger
 from faults.process_kill import ProcessKill
 from faults.ray_node import RayNodeLoss, RayNodePartition, RayNodePause, partition_rules, port_lists
+from load.workers import run_in_workers
+from load.workload import WorkloadRunner, WorkloadSpec, plan_requests
 from ordeal import cgroup2, procfs
 from ordeal.config import ClusterSpec, ConfigError
+from ordeal.history.reader import read_history
+from ordeal.history.writer import History
 from ordeal.ownership import CLUSTER_ENV
 
 REPO = Path(__file__).resolve().parent.parent
@@ -191,6 +198,48 @@ def test_replicas_run_on_different_ray_nodes_all_on_loopback(cluster):
     assert outside == [], f"Ray listens outside loopback: {outside}"
     text, node = complete(cluster.entrypoint.url)
     assert text and node in placed
+
+
+@pytest.mark.cluster
+def test_load_workers_run_as_actors_on_the_ray_nodes(cluster, tmp_path):
+    """--load-workers on --cluster ray: each worker a Ray actor on a Ray
+    node (a process of the run's nodes, not a child of the harness), its
+    ops into the one history; the actors are gone after the load."""
+    h = History(tmp_path / "h.jsonl")
+    spec = WorkloadSpec(duration_s=5, rate=6, seed=21, max_tokens=(4, 8))
+    said: list[str] = []
+    seen: dict[int, tuple[bool, int]] = {}  # pid -> (a process of the run's nodes, its parent)
+
+    def note(line: str) -> None:  # while the workers run: their processes, then
+        said.append(line)
+        if "Ray actors (pids" in line:
+            ours = set(run_processes(cluster.cluster_id))
+            for pid in (int(x) for x in line.split("(pids ", 1)[1].rstrip(")").split(", ")):
+                seen[pid] = (pid in ours, psutil.Process(pid).ppid())
+
+    runner = WorkloadRunner(spec, cluster.entrypoint.url, h, progress=note)
+    launcher = cluster.load_worker_launcher()
+    cluster.progress, shown = said.append, cluster.progress
+    try:
+        asyncio.run(run_in_workers(runner, 2, launcher=launcher))
+    finally:
+        cluster.progress = shown
+        h.close()
+    assert launcher.placed == ["ray-node-0", "ray-node-1"], (launcher.placed, said)
+    assert len(seen) == 2 and all(ours and parent != os.getpid()
+                                  for ours, parent in seen.values()), (seen, said)
+    pids = list(seen)
+    ops = list(read_history(tmp_path / "h.jsonl"))
+    invokes = [o for o in ops if o.type == "invoke"]
+    assert sorted(o.value["seq"] for o in invokes) == [
+        r.seq for r in plan_requests(spec, limit_s=spec.duration_s)]
+    assert Counter(o.value["worker"] for o in invokes).keys() == {0, 1}
+    assert all(o.type == "ok" for o in ops if o.type != "invoke"), ops[-1]
+    assert not runner.worker_errors, runner.worker_errors
+    deadline = time.monotonic() + 30
+    while any(psutil.pid_exists(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not any(psutil.pid_exists(p) for p in pids), "a load worker actor outlived the load"
 
 
 @pytest.mark.cluster

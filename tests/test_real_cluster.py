@@ -71,13 +71,14 @@ def test_real_traffic_is_recorded_and_judged_valid(ordeal_cluster, tmp_path):
             # emits special or partial-byte tokens (see engines/vllm/model.py).
             # (A chat stream opens with a role-only chunk, which vllm bench
             # serve also counts as the first token.)
-            chunks = o.value["stream"]["chunks"]
+            texts = o.value["stream"]["texts"]  # each event's text, one per ITL + 1
+            assert len(texts) == o.value["stream"]["n_chunks"], o.value["stream"]
             # vllm-router 0.1.17 drops stream_options.continuous_usage_stats,
             # so through it no chunk carries the running token count.
-            assert o.value["stream"]["seq_chunks"] in (0, len(chunks)), o.value["stream"]
+            assert o.value["stream"]["seq_chunks"] in (0, len(texts)), o.value["stream"]
             if o.f == "completions":
-                assert all(c["text"] for c in chunks), chunks
-            assert any(c["text"] for c in chunks)
+                assert all(texts), texts
+            assert any(texts)
     # Straight to a replica, every chunk carries the stream's sequence
     # (continuous usage stats), which is what lets the stream checker see a
     # lost, repeated or swapped event.

@@ -57,11 +57,14 @@ def hostile_run(root: Path) -> RunDir:
         for i in range(6):
             h.append("invoke", i, "completions", {"prompt": f"say {BOLD}", "request_id": f"r{i}",
                                                   "headers": {"authorization": SECRET}})
-            chunks = [{"t_ms": 5.0, "text": SCRIPT, "n_tokens": 1},
-                      {"t_ms": 9.0, "text": BOLD, "n_tokens": 1}]
+            # Even ops: each event's text as a column (``texts``); odd ones as
+            # histories before 2026-12-05 kept it (a dict per event).
+            stream = ({"texts": [SCRIPT, BOLD]} if i % 2 == 0 else
+                      {"chunks": [{"t_ms": 5.0, "text": SCRIPT, "n_tokens": 1},
+                                  {"t_ms": 9.0, "text": BOLD, "n_tokens": 1}]})
             h.append("ok", i, "completions", {"node": "replica-0", "status": 200, "ttft_ms": 5.0,
                                               "e2e_ms": 12.0 + i, "itl_ms": [4.0],
-                                              "stream": {"chunks": chunks}})
+                                              "stream": stream})
         h.append("info", "nemesis", "inject", {"kind": "http_fault", "target": f"link{IMG}",
                                                "phase": "begin"})
         h.append("invoke", 9, "chat", {"prompt": "x", "request_id": "r9",

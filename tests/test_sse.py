@@ -57,7 +57,7 @@ def test_recorder_keeps_ids_text_finish_usage_and_timing():
         "data: [DONE]")
     assert r.ids == ["c1"] and r.text == "hello" and r.finish_reasons == ["length"]
     assert r.done and r.usage == {"completion_tokens": 2} and r.system_fingerprint == "fp"
-    assert r.token_times_ns == [1_000_000, 2_000_000] and len(r.chunks) == 2
+    assert r.token_times_ns == [1_000_000, 2_000_000] and r.text_parts == ["he", "llo"]
 
 
 def test_recorder_catches_error_events_malformed_data_and_bytes_after_done():
@@ -103,3 +103,29 @@ def test_lost_duplicated_and_reordered_events_are_named():
                                                            "finish_reasons": ["length"]}})
     r = StreamWellFormed().check([op], RunContext())
     assert r.valid is False and r.details["sequence_broken"] == 1
+
+
+def test_the_record_keeps_columns_and_a_cut_stream_keeps_its_times():
+    r = recorded(
+        'data: {"id":"c1","choices":[{"text":"a","finish_reason":null}]}',
+        'data: {"id":"c1","choices":[{"text":"","finish_reason":null}]}',
+        'data: {"id":"c1","choices":[{"text":"b","finish_reason":"stop"}]}')
+    value = r.to_value()
+    assert value["texts"] == ["a", "", "b"] and "chunks" not in value and "t_ms" not in value
+    # An op with no ttft_ms/itl_ms (a timeout, a reset) still says when each event came.
+    assert r.to_value(start_ns=500_000)["t_ms"] == [0.5, 1.5, 2.5]
+
+
+def test_stream_texts_reads_the_column_and_the_dicts_of_older_histories():
+    from ordeal.history.ops import stream_texts
+    assert stream_texts({"texts": ["a", "", "b"]}) == ["a", "", "b"]
+    assert stream_texts({"chunks": [{"t_ms": 1.0, "text": "a"}, {"text": None}, "junk"]}) == [
+        "a", "", ""]
+    assert stream_texts(None) == [] and stream_texts({"n_chunks": 0}) == []
+    # and the usage checker counts content events from either form
+    from invariants.usage import usage_problems
+    value = {"usage": {"completion_tokens": 1}, "stream": {"texts": ["a", "b"]}}
+    assert usage_problems(value, 4) == ("bounded_only", ["2 content chunks for 1 billed tokens"])
+    old = {"usage": {"completion_tokens": 1},
+           "stream": {"chunks": [{"text": "a"}, {"text": "b"}]}}
+    assert usage_problems(old, 4) == usage_problems(value, 4)

@@ -69,3 +69,17 @@ class Op:
             error=d.get("error"),
         )
 
+
+def stream_texts(stream: Any) -> list[str]:
+    """Each token event's text from a history's ``stream`` value: the
+    ``texts`` column, or the per-event dicts (``chunks``) that histories
+    written before 2026-12-05 hold."""
+    if not isinstance(stream, dict):
+        return []
+    texts = stream.get("texts")
+    if isinstance(texts, list):
+        return [t if isinstance(t, str) else "" for t in texts]
+    chunks = stream.get("chunks")
+    if isinstance(chunks, list):
+        return [str(c.get("text") or "") if isinstance(c, dict) else "" for c in chunks]
+    return []
