@@ -47,6 +47,7 @@ import multiprocessing
 import os
 import secrets
 import socket
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -252,11 +253,12 @@ class WorkerLauncher(Protocol):
     def close(self) -> None: ...
 
 
-class _ProcessHandle:
-    ready = None
+class ProcessHandle:
+    """A worker that is a child process of this one (a WorkerHandle).
+    ``ready``: its "ready" message when the launcher read it already."""
 
-    def __init__(self, process: Any):
-        self.process = process
+    def __init__(self, process: Any, ready: tuple[Any, ...] | None = None):
+        self.process, self.ready = process, ready
 
     def exited(self) -> str | None:
         return None if self.process.is_alive() else f"exit code {self.process.exitcode}"
@@ -288,7 +290,7 @@ class ProcessLauncher:
                                     name=f"ordeal-load-worker-{job.index}", daemon=True)
             proc.start()
             child.close()
-            out.append((_ProcessHandle(proc), parent))
+            out.append((ProcessHandle(proc), parent))
         return out
 
     def close(self) -> None:
@@ -330,7 +332,12 @@ class SocketWorkers:
             except socket.timeout:
                 continue
             sock.setblocking(True)  # Connection reads the descriptor itself
-            conn = Connection(sock.detach())
+            conn = Connection(os.dup(sock.fileno()))
+            # A dialer that connects and says nothing would hold the blocking
+            # reads below forever: at the deadline its socket is shut down,
+            # which ends a blocked read with EOF.
+            guard = threading.Timer(max(0.0, deadline - time.monotonic()), _shut_down, (sock,))
+            guard.start()
             try:
                 deliver_challenge(conn, self.key)
                 answer_challenge(conn, self.key)
@@ -338,6 +345,9 @@ class SocketWorkers:
             except (OSError, EOFError, multiprocessing.AuthenticationError):
                 conn.close()  # not one of ours, or it broke: the deadline still counts
                 continue
+            finally:
+                guard.cancel()
+                sock.close()  # conn holds its own descriptor of the connection
             if message[0] != "ready":
                 conn.close()
                 raise RuntimeError(f"load worker failed to start: {message[1]}")
@@ -346,6 +356,13 @@ class SocketWorkers:
 
     def close(self) -> None:
         self.server.close()
+
+
+def _shut_down(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # closed already
 
 
 def connect_and_run(address: tuple[str, int], key: bytes, job: WorkerJob) -> None:

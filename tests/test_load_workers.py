@@ -14,18 +14,20 @@ import asyncio
 import multiprocessing
 import os
 import signal
-import time
-from multiprocessing.connection import Client
+import socket
 import subprocess
 import sys
+import time
 from collections import Counter
+from multiprocessing.connection import Client
 from pathlib import Path
 
 import pytest
 
 from faults import iptables
 from load.monitor import node_journal
-from load.workers import SocketWorkers, check_workers, connect_and_run, run_in_workers
+from load.workers import (ProcessHandle, SocketWorkers, check_workers, connect_and_run,
+                          run_in_workers)
 from load.workload import WorkloadRunner, WorkloadSpec, plan_requests
 from ordeal.config import ConfigError
 from ordeal.history.reader import read_history
@@ -248,27 +250,12 @@ class _SocketProcesses:
         conns = self.listener.accept(len(jobs), 120)
         out = []
         for proc, job in zip(procs, jobs):
-            handle = _Handle(proc, conns[job.index][1])
-            out.append((handle, conns[job.index][0]))
+            out.append((ProcessHandle(proc, conns[job.index][1]), conns[job.index][0]))
         return out
 
     def close(self) -> None:
         if self.listener is not None:
             self.listener.close()
-
-
-class _Handle:
-    def __init__(self, proc, ready):
-        self.proc, self.ready = proc, ready
-
-    def exited(self):
-        return None if self.proc.is_alive() else f"exit code {self.proc.exitcode}"
-
-    def end(self, grace_s: float = 5.0) -> None:
-        self.proc.join(grace_s)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(grace_s)
 
 
 def test_a_socket_refuses_a_worker_without_the_key_and_says_who_never_came():
@@ -295,6 +282,34 @@ def test_a_socket_refuses_a_worker_without_the_key_and_says_who_never_came():
         listener.close()
         t.join(5)
     assert refused and isinstance(refused[0], multiprocessing.AuthenticationError), refused
+
+
+def test_a_dialer_that_says_nothing_does_not_hold_the_start_past_its_deadline():
+    """Something on the listener's port that connects and never answers the
+    challenge: ``accept`` gives up at its deadline, as for no dialer at all."""
+    import threading
+
+    listener = SocketWorkers()
+    silent = socket.create_connection(listener.address)
+    raised: list[BaseException] = []
+
+    def accept() -> None:
+        try:
+            listener.accept(1, 2.0)
+        except BaseException as e:  # noqa: BLE001 - what it raised is the point
+            raised.append(e)
+
+    t = threading.Thread(target=accept, daemon=True)
+    try:
+        t.start()
+        t.join(15)
+        assert not t.is_alive(), "accept() still blocked on a silent dialer 15 s after a 2 s deadline"
+    finally:
+        silent.close()
+        listener.close()
+        t.join(5)
+    assert raised and isinstance(raised[0], RuntimeError), raised
+    assert "1 of 1 load workers did not connect" in str(raised[0]), raised
 
 
 @pytest.mark.cluster
