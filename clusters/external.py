@@ -163,7 +163,8 @@ class ExternalCluster(ClusterBase):
                              "\"*\"); add one, or leave the kind out")
         secrets = (self.target.api_key_env,) if self.target.api_key_env else ()
         return HookFault(node, run_id, ledger, hook, self.target.ready_timeout_s, secrets,
-                         **params)
+                         hook_env=self.target.hook_env, target_file=str(self.target.path),
+                         target_sha256=self.target.sha256, **params)
 
     # -- lifecycle --------------------------------------------------------
     def start(self) -> "ExternalCluster":

@@ -45,7 +45,7 @@ class Effect:
     say so, and what was looked at. A chaos run whose fault did nothing has
     proven nothing; invariants.fault_effective judges these."""
 
-    effective: bool
+    effective: bool | None  # None: the observation read nothing (no evidence either way)
     how: str
     evidence: dict[str, Any] = field(default_factory=dict)
 

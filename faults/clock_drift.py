@@ -26,21 +26,32 @@ on this machine with the ``libfaketime`` 3.0.1 wheel (see the tests):
 - libfaketime re-reads the file at most every FAKETIME_CACHE_DURATION
   seconds (whole seconds); see ``CACHE_DURATION_S`` for the measured choice.
 - FAKETIME_FORCE_MONOTONIC_FIX=0 is required for speed (``faketime_env``).
+
+The effect is confirmed from the node's clock as the node reports it: just
+before the heal, ``observe`` asks the node's own URL once (``probe_clock``:
+the ``created`` stamp of GET /v1/models, else the HTTP ``Date`` header) and
+records how far that clock is off the harness's, so a window no request of
+the load reached is judged too (invariants.fault_effective also reads the
+``created`` stamps of the answers that landed on the node).
 """
 
 from __future__ import annotations
 
 import argparse
+import email.utils
 import importlib.util
+import json
 import os
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 from ordeal.topology import Node
 
-from .base import Fault, FaultError, healed
+from .base import Effect, Fault, FaultError, healed
 from .cotenant import Helper, end_helper, new_tag, proc_start_time, ready_info, spawn_helper
 from .ledger import Ledger, LedgerEntry
 from .safety import require_running
@@ -56,6 +67,66 @@ NEUTRAL = "+0 x1"  # real time, real rate (a bare "+0" would keep an earlier rat
 CACHE_DURATION_S = 1
 EFFECT_DELAY_S = CACHE_DURATION_S + 1
 MODES = ("offset", "drift", "strobe")
+#: The probe of a node's clock (``probe_clock``): where, how long it waits,
+#: how much of the answer it reads.
+PROBE_PATH = "/v1/models"
+PROBE_TIMEOUT_S = 2.0
+PROBE_MAX_BYTES = 1 << 16
+
+
+def probe_clock(url: str, timeout: float = PROBE_TIMEOUT_S, context: Any = None
+                ) -> dict[str, Any]:
+    """The node's wall clock as it reports it, minus this harness's: one GET
+    of ``url`` + ``PROBE_PATH``. vLLM stamps each model card of the answer
+    with its API server's ``int(time.time())`` (``created``, read through
+    libfaketime like every answer's stamp); any other answer (an error
+    status included) is read for its HTTP ``Date`` header. Both are whole
+    seconds: +0.5 takes out the truncation's bias; the harness's time is the
+    request's middle. Never raises: ``{"url", "error"}`` when no clock was
+    read, else ``{"url", "skew_s", "source", "rtt_s"}``."""
+    target = url.rstrip("/") + PROBE_PATH
+    t0, m0 = time.time(), time.monotonic()
+    body, date = b"", None
+    try:
+        try:
+            with urllib.request.urlopen(target, timeout=timeout, context=context) as resp:
+                date = resp.headers.get("Date")
+                body = resp.read(PROBE_MAX_BYTES)
+        except urllib.error.HTTPError as e:  # an error status still carries the server's Date
+            with e:
+                date = e.headers.get("Date") if e.headers else None
+        t1, m1 = time.time(), time.monotonic()
+        theirs, source = _created(body), "created"
+        if theirs is None and date:
+            theirs, source = email.utils.parsedate_to_datetime(date).timestamp(), "date"
+    except Exception as e:  # noqa: BLE001 - a probe that fails is no evidence, never an error
+        return {"url": target, "error": f"{type(e).__name__}: {e}"}
+    if theirs is None:
+        return {"url": target, "error": "the answer carried no clock (no 'created' stamp, "
+                                        "no Date header)"}
+    return {"url": target, "skew_s": round(theirs + 0.5 - (t0 + t1) / 2, 2),
+            "source": source, "rtt_s": round(m1 - m0, 3)}
+
+
+def _created(body: bytes) -> float | None:
+    """The first ``created`` stamp of an OpenAI model list, or None."""
+    try:
+        doc = json.loads(body) if body else None
+    except ValueError:
+        return None
+    data = doc.get("data") if isinstance(doc, dict) else None
+    first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
+    created = first.get("created")
+    if isinstance(created, bool) or not isinstance(created, (int, float)):
+        return None
+    return float(created)
+
+
+def moved_threshold_s(offset_s: float) -> float:
+    """The skew that shows a clock fault of ``offset_s`` took effect: half
+    the offset, between 1 and 2 s (the stamps are whole seconds). The same
+    rule as invariants.fault_effective ``clock_threshold_s``, which judges."""
+    return max(1.0, min(2.0, abs(offset_s) / 2)) if offset_s else 2.0
 
 
 def libfaketime_library() -> Path:
@@ -173,6 +244,7 @@ class ClockDrift(Fault):
         self.strobe_period_s = strobe_period_s
         self.tag = new_tag()
         self.strober: Helper | None = None
+        self._injected_at: float | None = None  # monotonic, when the clock file was written
 
     def _preflight(self) -> None:
         if self.mode not in MODES:
@@ -214,6 +286,7 @@ class ClockDrift(Fault):
         clock_file = self.node.clock_file
         done: dict[str, Any] = {"mode": self.mode, "clock_file": str(clock_file),
                                 "takes_effect_within_s": EFFECT_DELAY_S}
+        self._injected_at = time.monotonic()
         if self.mode == "offset":
             spec = offset_spec(self.offset_s)
             write_clock(clock_file, spec)
@@ -232,6 +305,32 @@ class ClockDrift(Fault):
         return {**done, "spec": f"{offset_spec(self.offset_s)} <-> {NEUTRAL}",
                 "offset_s": self.offset_s, "period_s": self.strobe_period_s,
                 "strober_pid": self.strober.pid, "ready": ready_info(self.strober)}
+
+    def observe(self) -> Effect:
+        """The node's clock as it reports it (``probe_clock``), while the
+        fault is in. A probe that sees no move before the node can have
+        re-read its clock file (``EFFECT_DELAY_S`` after the inject) waits
+        out the rest and asks once more. A strobed clock spends half its
+        time at the real time, so a probe that sees no move there proves
+        nothing (``inconclusive``). No clock read: effective None, the
+        probe's error recorded (fault_effective then says unobserved)."""
+        context = getattr(self.node, "ssl_context", None)
+        threshold = moved_threshold_s(self.offset_s)
+        probe = probe_clock(self.node.endpoint.url, context=context)
+        waited = EFFECT_DELAY_S - (time.monotonic() - (self._injected_at or 0.0))
+        if waited > 0 and abs(probe.get("skew_s", 0.0)) < threshold:
+            time.sleep(waited)
+            probe = {**probe_clock(self.node.endpoint.url, context=context),
+                     "waited_s": round(waited, 2)}
+        evidence: dict[str, Any] = {"probe": probe, "threshold_s": threshold}
+        how = (f"the node's clock as it reports it ({PROBE_PATH}: 'created', else the Date "
+               "header) against the harness's")
+        if "skew_s" not in probe:
+            return Effect(None, f"{how}: no clock read", evidence)
+        moved = abs(probe["skew_s"]) >= threshold
+        if not moved and self.mode == "strobe":
+            probe["inconclusive"] = "a strobed clock spends half its time at the real time"
+        return Effect(moved, how, evidence)
 
     @classmethod
     def undo(cls, entry: LedgerEntry) -> dict[str, Any]:

@@ -5,7 +5,11 @@ all there is. Each entry is undone by its kind's one inverse
 Safe beside another heal-all (another xdist worker's session start, a
 ``python -m faults heal-all`` beside a starting suite): one pass holds the
 ledger's heal lock at a time, and each entry is claimed before its undo
-runs, so it is healed, and reported, exactly once."""
+runs, so it is healed, and reported, exactly once.
+
+A hook entry's heal is a shell command (faults/hook.py): it runs only from a
+ledger file that is the user's own and no one else may write
+(``faults.ledger.untrusted``); any other is left in place with what to do."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from ordeal.ownership import Busy, Claimer
 
 from .catalogue import REGISTRY
 from .hook import HookFault
-from .ledger import Ledger, LedgerEntry
+from .ledger import Ledger, LedgerEntry, untrusted
 
 
 def heal_entry(entry: LedgerEntry) -> str:
@@ -63,6 +67,18 @@ def _heal_pending(ledger: Ledger, skip_run: str | None, force: bool) -> list[str
         if claimed is None:
             continue  # healed meanwhile, or being healed: someone else's
         claim, entry = claimed
+        refused = untrusted(claim) if entry.inverse.get("via") == "hook" else None
+        if refused is not None:
+            ledger.give_back(claim, entry.id)
+            path = ledger.path(entry.id)
+            lines.append(
+                f"REFUSED to run the heal hook of {entry.kind} on {entry.target} ({entry.id}) "
+                f"from the ledger file {path}: {refused}. A ledger file's heal is run as a shell "
+                f"command, so only one that is yours and that no one else may write is run. If "
+                f"it is yours: chown it (and {ledger.dir}) to yourself, chmod go-w both, and run "
+                f"python -m faults heal-all again; if not, heal by hand "
+                f"({entry.inverse.get('heal_shown') or 'see the file'}) and delete the file")
+            continue
         try:
             line = heal_entry(entry)
         except Exception as e:  # noqa: BLE001 - report, give the entry back, go on

@@ -11,16 +11,28 @@ inverse). A heal hook must therefore be safe to run twice, and when the
 inject hook did nothing.
 
 A hook runs with ``bash -c`` in a session of its own, so its whole tree is
-ended by its group id when it outlives ``timeout_s``. Its environment is the
-harness's plus ``ORDEAL_NODE``, ``ORDEAL_NODE_URL``, ``ORDEAL_KIND``,
-``ORDEAL_RUN_ID``, ``ORDEAL_FAULT_ID`` and ``ORDEAL_PARAM_<NAME>`` for each
-parameter of the fault; ``{node}`` in the command is replaced by the node's
-name. Its output (stdout and stderr, the last 4000 characters, undecodable
-bytes replaced) is recorded in the entry and the history, with the API
-key's value scrubbed should a hook print it. A hook that exits non-zero,
-hangs past its timeout or cannot start is a ``FaultError`` that says which
-hook, its exit and its output; an inject that fails is healed at once, as
-every half-done inject is.
+ended by its group id when it outlives ``timeout_s``. Its environment is
+small on purpose (the harness's holds the API key, and maybe other
+secrets): ``PATH``, ``HOME`` and ``LANG`` of the harness's, the variables
+the target file names in ``hook_env``, and ``ORDEAL_NODE``,
+``ORDEAL_NODE_URL``, ``ORDEAL_KIND``, ``ORDEAL_RUN_ID``, ``ORDEAL_FAULT_ID``
+and ``ORDEAL_PARAM_<NAME>`` for each parameter of the fault. ``{node}`` in
+the command is replaced by the node's name, shell-quoted. Its output
+(stdout and stderr, the last 4000 characters, undecodable bytes replaced)
+is recorded in the entry and the history, with the value of every
+secret-looking variable (``ordeal.config.SECRET_ENV``: KEY, TOKEN, SECRET,
+PASSWORD, CREDENTIAL, AUTH ...) and of the API key's scrubbed should a hook
+print it; its command is recorded redacted (``redact_command``). A hook
+that exits non-zero, hangs past its timeout or cannot start is a
+``FaultError`` that says which hook, its exit and its output; an inject
+that fails is healed at once, as every half-done inject is.
+
+The ledger entry names the target file the hook came from and its sha256;
+a heal command with a secret-looking value in it is not written there at
+all: the heal reads it again from that file. heal-all runs a hook entry's
+heal only from a ledger file that is the user's own and no one else may
+write (``faults.ledger.untrusted``), and says when the target file changed
+since the inject.
 
 The effect is seen from the node's own URL, never from the hook's exit:
 process_kill and network_partition make the health URL stop answering 200
@@ -40,13 +52,18 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from ordeal.target import Hook
+from ordeal.config import REDACTED, SECRET_ENV, ConfigError, redact_command
+from ordeal.target import Hook, file_sha256, hook_command, read_target_file
 from ordeal.topology import Node
 
 from .base import Effect, Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
 
 OUTPUT_CHARS = 4000
+#: What a hook gets of the harness's environment besides the variables its
+#: target file names (``hook_env``) and Ordeal's labels: enough for a shell
+#: and its tools, and no secret.
+BASE_ENV = ("PATH", "HOME", "LANG")
 #: Kinds whose effect the node's health URL shows (see the module docstring).
 OBSERVED = ("process_kill", "process_pause", "network_partition")
 
@@ -78,27 +95,50 @@ def process_start(metrics_url: str, timeout: float = 2.0, context: Any = None) -
     return None
 
 
-def scrub(text: str, secret_envs: list[str]) -> str:
-    for name in secret_envs:
-        value = os.environ.get(name)
-        if value and len(value) >= 4:
-            text = text.replace(value, "<redacted>")
+def hook_environment(labels: dict[str, str], hook_env: list[str]) -> dict[str, str]:
+    """The whole environment a hook runs with: ``BASE_ENV`` and the
+    variables named in ``hook_env`` as the harness has them, then Ordeal's
+    ``labels``. Nothing else of the harness's environment, where the API
+    key and any other secret of the user's may be."""
+    env = {k: os.environ[k] for k in (*BASE_ENV, *hook_env) if k in os.environ}
+    env.setdefault("PATH", os.defpath)
+    return {**env, **labels}
+
+
+def secret_values(env: dict[str, str], secret_envs: list[str]) -> list[str]:
+    """What a hook's output and command must not show: the values of every
+    secret-looking variable of the harness's environment and of the hook's,
+    and of ``secret_envs`` (the API key's), longest first (a secret that
+    holds another is replaced whole). Values under 4 characters are left:
+    they would blank out ordinary text."""
+    names = {n for n in (*os.environ, *env) if SECRET_ENV.search(n)} | set(secret_envs)
+    values = {v for n in names for v in (os.environ.get(n), env.get(n)) if v and len(v) >= 4}
+    return sorted(values, key=len, reverse=True)
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    for value in secrets:
+        text = text.replace(value, REDACTED)
     return text
 
 
-def run_hook(what: str, command: str, env: dict[str, str], timeout_s: float,
-             secret_envs: list[str]) -> dict[str, Any]:
-    """Run one hook; what it did, for the history. ``FaultError`` when it
-    cannot start, exits non-zero or outlives ``timeout_s``. Its output goes
-    to a file, not a pipe, so a background child it leaves (``x &``) does
-    not hold the hook open; when bash has exited, or at the timeout, what
-    is left of its session is ended by group id."""
+def run_hook(what: str, command: str, labels: dict[str, str], timeout_s: float,
+             secret_envs: list[str], hook_env: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
+    """Run one hook; what it did, for the history (its command redacted,
+    its output scrubbed). ``FaultError`` when it cannot start, exits
+    non-zero or outlives ``timeout_s``. It runs with ``hook_environment``
+    only. Its output goes to a file, not a pipe, so a background child it
+    leaves (``x &``) does not hold the hook open; when bash has exited, or
+    at the timeout, what is left of its session is ended by group id."""
+    env = hook_environment(labels, list(hook_env))
+    secrets = secret_values(env, secret_envs)
+    shown = scrub(redact_command(command), secrets)
     t0 = time.monotonic()
     with tempfile.TemporaryFile() as out:
         try:
             proc = subprocess.Popen(["bash", "-c", command], stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env={**os.environ, **env}, start_new_session=True)
+                                    env=env, start_new_session=True)
         except OSError as e:
             raise FaultError(f"{what}: cannot start bash for the hook ({e})") from None
         timed_out = False
@@ -114,15 +154,15 @@ def run_hook(what: str, command: str, env: dict[str, str], timeout_s: float,
         out.seek(0)
         raw = out.read()
     # Scrubbed whole, then cut: a key across the cut would leave a piece.
-    text = scrub(raw.decode("utf-8", "replace"), secret_envs)[-OUTPUT_CHARS:]
-    done = {"command": command, "exit_code": proc.returncode,
+    text = scrub(raw.decode("utf-8", "replace"), secrets)[-OUTPUT_CHARS:]
+    done = {"command": shown, "exit_code": proc.returncode,
             "seconds": round(time.monotonic() - t0, 2), "output": text}
     if timed_out:
         raise FaultError(f"{what}: the hook did not finish within its timeout_s "
-                         f"{timeout_s:g} (ended); command {command!r}; output: "
+                         f"{timeout_s:g} (ended); command {shown!r}; output: "
                          f"{text[-500:]!r}. Make it return sooner or raise timeout_s")
     if proc.returncode != 0:
-        raise FaultError(f"{what}: the hook exited {proc.returncode}; command {command!r}; "
+        raise FaultError(f"{what}: the hook exited {proc.returncode}; command {shown!r}; "
                          f"output: {text[-500:]!r}")
     return done
 
@@ -134,13 +174,17 @@ class HookFault(Fault):
 
     def __init__(self, node: Node, run_id: str, ledger: Ledger, hook: Hook,
                  ready_timeout_s: float = 300.0, secret_envs: tuple[str, ...] = (),
-                 **params: Any):
+                 hook_env: tuple[str, ...] = (), target_file: str | None = None,
+                 target_sha256: str | None = None, **params: Any):
         super().__init__(node.name, run_id, ledger)
         self.kind = hook.kind  # type: ignore[misc] - per instance, for windows and checkers
         self.node = node
         self.hook = hook
         self.ready_timeout_s = ready_timeout_s
         self.secret_envs = list(secret_envs)
+        self.hook_env = list(hook_env)  # the target file's hook_env: passed by name
+        self.target_file = None if target_file is None else str(target_file)
+        self.target_sha256 = target_sha256
         self.params = params
         self._start_before: float | None = None
         self._heal_t0: float | None = None
@@ -156,27 +200,45 @@ class HookFault(Fault):
         return env
 
     def _command(self, text: str) -> str:
-        return text.replace("{node}", self.node.name)
+        return hook_command(text, self.node.name)
 
     def _inverse(self) -> dict[str, Any]:
-        return {"via": "hook", "node": self.node.name,
-                "heal": self._command(self.hook.heal), "timeout_s": self.hook.timeout_s,
-                "secret_envs": self.secret_envs}
+        """The heal hook, for the live heal and heal-all: the command itself
+        only when nothing in it looks secret (else it is read again from the
+        target file at heal time), the variables it gets by name, and the
+        target file it came from with its sha256."""
+        heal = self._command(self.hook.heal)
+        shown = redact_command(heal)
+        inverse = {"via": "hook", "node": self.node.name, "heal_shown": shown,
+                   "timeout_s": self.hook.timeout_s, "secret_envs": self.secret_envs,
+                   "hook_env": self.hook_env, "hook": {"kind": self.hook.kind,
+                                                       "node": self.hook.node},
+                   "target_file": self.target_file, "target_sha256": self.target_sha256}
+        if shown == heal:
+            inverse["heal"] = heal
+        elif self.target_file is None:
+            raise FaultError(f"{self.hook.kind} on {self.node.name}: the heal hook "
+                             f"{shown!r} holds a secret-looking value, and there is no target "
+                             "file to read it back from at heal time (the ledger never holds "
+                             "a secret); put the secret in a variable named in hook_env and "
+                             "write $NAME in the command")
+        return inverse
 
     def _act(self) -> dict[str, Any]:
         assert self.entry is not None
         env = self._env(self.entry.id)
-        self.entry.inverse["env"] = env  # heal-all gives the heal hook the same
+        self.entry.inverse["env"] = env  # heal-all gives the heal hook the same labels
         self.ledger.record(self.entry)
         self._served_before = health(self._health_url(), context=self._tls()) == 200
         if self.hook.kind in OBSERVED:
             self._start_before = process_start(self._metrics_url(), context=self._tls())
         done = run_hook(f"{self.hook.kind} on {self.node.name}: inject hook",
                         self._command(self.hook.inject), env, self.hook.timeout_s,
-                        self.secret_envs)
+                        self.secret_envs, self.hook_env)
         self.entry.inverse["inject_hook"] = done
         self.ledger.record(self.entry)
-        return {"via": "hook", "inject_hook": done}
+        return {"via": "hook", "inject_hook": done, "target_file": self.target_file,
+                "target_sha256": self.target_sha256}
 
     def _tls(self) -> Any:
         return getattr(self.node, "ssl_context", None)
@@ -211,17 +273,58 @@ class HookFault(Fault):
 
     @classmethod
     def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
+        """Run the entry's heal hook. When the target file it came from is
+        gone or differs from the one the inject read (its sha256), the heal
+        still runs and the result says so (``target_changed``)."""
         inv = entry.inverse
-        done = run_hook(f"{entry.kind} on {entry.target}: heal hook", inv["heal"],
+        source: dict[str, Any] = {}
+        if inv.get("target_file"):
+            now = file_sha256(inv["target_file"])
+            source = {"target_file": inv["target_file"], "target_sha256": inv.get("target_sha256")}
+            if now != inv.get("target_sha256"):
+                source["target_changed"] = (
+                    "is gone or unreadable now" if now is None else
+                    f"changed since the inject (sha256 {inv.get('target_sha256')} then, {now} now)")
+        command = inv.get("heal")
+        if command is None:
+            command = cls._heal_from_target(entry)
+        done = run_hook(f"{entry.kind} on {entry.target}: heal hook", command,
                         dict(inv.get("env") or {}), float(inv.get("timeout_s", 60.0)),
-                        list(inv.get("secret_envs") or []))
-        return {"heal_hook": done}
+                        list(inv.get("secret_envs") or []), list(inv.get("hook_env") or []))
+        return {"heal_hook": done, **source}
+
+    @staticmethod
+    def _heal_from_target(entry: LedgerEntry) -> str:
+        """The heal command the ledger left out (it looked secret), read again
+        from the target file the entry names; ``FaultError`` saying what to
+        run by hand when that file or its hook is gone."""
+        inv = entry.inverse
+        path, hook = inv.get("target_file"), inv.get("hook") or {}
+        by_hand = (f"run the heal by hand ({inv.get('heal_shown')!r}, its secret filled in) "
+                   f"and remove the ledger entry {entry.id}")
+        if not path:
+            raise FaultError(f"{entry.kind} on {entry.target}: the ledger entry holds no heal "
+                             f"command and names no target file; {by_hand}")
+        try:
+            spec = read_target_file(path)
+        except ConfigError as e:
+            raise FaultError(f"{entry.kind} on {entry.target}: the heal command looked secret, "
+                             f"so the ledger holds only the name of its target file, which "
+                             f"cannot be read now ({e}); {by_hand}") from None
+        found = [h for h in spec.hooks if h.kind == hook.get("kind") and h.node == hook.get("node")]
+        if not found:
+            raise FaultError(f"{entry.kind} on {entry.target}: the target file {path} has no "
+                             f"[[hook]] kind = {hook.get('kind')!r}, node = {hook.get('node')!r} "
+                             f"any more; {by_hand}")
+        return hook_command(found[0].heal, inv["node"])
 
     @classmethod
     def heal_line(cls, entry: LedgerEntry, done: dict[str, Any]) -> str:
         hook = done.get("heal_hook", {})
+        changed = (f"; note: its target file {done['target_file']} {done['target_changed']}"
+                   if done.get("target_changed") else "")
         return (f"{healed(entry)}: ran its heal hook {hook.get('command')!r} "
-                f"(exit {hook.get('exit_code')}, {hook.get('seconds')} s)")
+                f"(exit {hook.get('exit_code')}, {hook.get('seconds')} s){changed}")
 
     def _recover(self) -> dict[str, Any]:
         """The node serves again: its health URL answers 200. For a kill,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import threading
 import time
 import uuid
@@ -83,15 +84,38 @@ class LedgerEntry:
         return cls(**{"seq": 0, **data, "owner": Owner(**owner)})
 
 
+def untrusted(path: Path) -> str | None:
+    """Why the ledger file ``path`` may not have its commands run (a hook
+    entry's heal is a shell command), or None: the file and its directory
+    must be owned by the user running this and writable by no one else;
+    anyone who can write either could make heal-all run what they like."""
+    for what, p in (("file", path), ("directory", path.parent)):
+        try:
+            st = os.stat(p)
+        except OSError as e:
+            return f"cannot stat its {what} {p} ({e})"
+        if st.st_uid != os.geteuid():
+            return (f"its {what} {p} is owned by uid {st.st_uid}, not by you (uid "
+                    f"{os.geteuid()})")
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return (f"its {what} {p} is writable by its group or by others (mode "
+                    f"{stat.filemode(st.st_mode)})")
+    return None
+
+
 class Ledger:
     def __init__(self, directory: Path | None = None):
         self.dir = Path(directory) if directory else default_ledger_dir()
 
     def record(self, entry: LedgerEntry) -> LedgerEntry:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        """Write ``entry`` whole or not at all. A new ledger directory is
+        this user's alone (0700) and each entry file too (0600): heal-all
+        runs a hook entry's heal only from such files (``untrusted``)."""
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         final = self.dir / f"{entry.id}.json"
         tmp = self.dir / f".{entry.id}.tmp"
-        with tmp.open("w") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
             json.dump(asdict(entry), f)
             f.flush()
             os.fsync(f.fileno())

@@ -54,9 +54,9 @@ from ordeal.ownership import (
 )
 
 from . import iptables
-from .base import Fault, FaultError, healed
+from .base import Effect, Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
-from .node_processes import kill_members
+from .node_processes import is_same, kill_members
 from .process_pause import Member, continue_members, snapshot, wait_states
 
 RAY_TEMP_PREFIX = "ordeal-ray-"
@@ -271,6 +271,15 @@ class RayNodeLoss(_RayNodeFault):
                 "restart (its processes are ended by their records: heal-all, or the next "
                 "suite start)")
 
+    def observe(self) -> Effect:
+        """Every recorded process of the node (raylet, workers, the engines
+        on it) is gone, as /proc shows it: one still there was not killed."""
+        members = self._recorded()
+        left = [m.pid for m in members if is_same(m)]
+        return Effect(bool(members) and not left,
+                      "each recorded process of the node in /proc (gone)",
+                      {"processes": len(members), "still_running": left[:20]})
+
     def _recover(self) -> dict[str, Any]:
         assert self.entry is not None
         return {"action": "restart", **self._bring_back(self.entry.inverse.get("node_id"))}
@@ -297,6 +306,16 @@ class RayNodePause(_RayNodeFault):
             raise RuntimeError(f"ray_node_pause: {self.node.name}: {not_stopped} not stopped "
                                "10 s after SIGSTOP")
         return {"signal": "SIGSTOP", "pids": len(pids), "engines": self.entry.inverse["engines"]}
+
+    def observe(self) -> Effect:
+        """Each recorded process of the node is stopped (state T in /proc)
+        while the fault is in."""
+        states = {m.pid: (procfs.state(m.pid) if is_same(m) else None)
+                  for m in self._recorded()}
+        stopped = [p for p, st in states.items() if st in ("T", "t")]
+        return Effect(bool(states) and len(stopped) == len(states),
+                      "the state of each paused process of the node (/proc/PID/stat)",
+                      {"stopped": len(stopped), "processes": len(states)})
 
     @classmethod
     def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
@@ -420,6 +439,13 @@ class RayNodePartition(_RayNodeFault):
     def dropped(self) -> int:
         """Packets the partition's rules dropped so far."""
         return sum(c.packets for c in iptables.counters(self.chain))
+
+    def observe(self) -> Effect:
+        """Packets the partition's rules matched, from the kernel's counters:
+        none dropped means the cut cut nothing."""
+        dropped = self.dropped()
+        return Effect(dropped > 0, "packets dropped by the partition's chain (iptables -L -v)",
+                      {"dropped_packets": dropped, "chain": self.chain})
 
     @classmethod
     def undo(cls, entry: LedgerEntry) -> dict[str, Any]:

@@ -36,8 +36,10 @@ shows. A request without a node in its answer that ended ``ok`` cannot be
 placed and is counted in ``unplaced``.
 
 Memory: the invoke time of each request in flight, one row per shown
-window, one ``violations_by_window`` entry per window with violations
-(shown or not: a known-findings file matches them all), at most
+window, one ``violations_by_window`` and one ``measured_by_window`` entry
+(its ``ejection_s``, ``sent_after_bound``, ``not_readmitted``: what a known
+finding's bounds are held against) per window with violations (shown or
+not: a known-findings file matches them all), at most
 ``MAX_COUNTEREXAMPLES`` counterexamples.
 """
 
@@ -115,6 +117,9 @@ class Failover(StreamingChecker):
         # Violations per window, of every window (shown or not): a known-findings
         # file matches by window, and on a long run most windows are no longer shown.
         self.by_window: dict[str, int] = {}
+        # The figures of each window with violations, for a known finding's
+        # bounds (``measured_by_window``): as many entries as by_window.
+        self.measured: dict[str, dict[str, Any]] = {}
         self.nodes: set[str] = set()  # every replica seen answering
         self.alone = 0  # windows on the only replica: nowhere to fail over to
 
@@ -212,6 +217,8 @@ class Failover(StreamingChecker):
         violations = (0 if alone else row.late) + int(never)
         if violations:
             self.by_window[row.label] = violations
+            self.measured[row.label] = {"ejection_s": round(ejection / 1e9, 3),
+                                        "sent_after_bound": row.late, "not_readmitted": never}
         return {"kind": row.kind, "replica": row.victim, "begin_wall": row.label_wall,
                 "inject_failed": row.inject_failed, "sent_while_down": row.sent,
                 "sent_after_bound": 0 if alone else row.late, "no_other_replica": alone,
@@ -223,7 +230,7 @@ class Failover(StreamingChecker):
         # Judge copies of the running figures: result() may be called mid-run
         # (the endurance judge's interim files), and _retire adds to them.
         names = ("late_total", "not_readmitted", "alone", "max_ejection_ns",
-                 "max_readmission_ns", "examples", "by_window")
+                 "max_readmission_ns", "examples", "by_window", "measured")
         saved = {n: copy.copy(getattr(self, n)) for n in names}
         try:
             return self._result()
@@ -250,6 +257,7 @@ class Failover(StreamingChecker):
             "windows_on_the_only_replica": self.alone,
             "violations": self.late_total + self.not_readmitted,
             "violations_by_window": by_window,
+            "measured_by_window": dict(self.measured),
             "windows_shown": shown,
             "windows_not_shown": self.dropped,
         }

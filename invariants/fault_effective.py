@@ -15,25 +15,34 @@ The evidence, per fault window whose inject succeeded:
   state T, packets matched by the chain, the toxic's hit count, a throttled
   cgroup, the co-tenant's memory or the device's load). ``effective`` None
   with an ``error``: the observation itself failed;
-- for ``clock_drift``, which no outside observer can read, the history: the
-  ``created`` stamp of each answer of the target node, invoked after the
-  fault was in (plus ``takes_effect_within_s``) and answered before its heal
-  began, against the invoke's wall time. The clock moved when some answer's
-  skew reaches ``clock_threshold_s`` (half the injected offset, between
-  ``MIN_CLOCK_S`` and ``MAX_CLOCK_S``: ``created`` has a one-second
-  resolution).
+- for ``clock_drift``, the node's clock as it reports it, from two sources:
+  passively, the ``created`` stamp of each answer of the target node,
+  invoked after the fault was in (plus ``takes_effect_within_s``) and
+  answered before its heal began, against the invoke's wall time; actively,
+  the fault's own probe of the node's URL just before the heal
+  (faults.clock_drift ``probe_clock``: the observation's
+  ``evidence.probe.skew_s``), so a window no request of the load reached is
+  judged too. The clock moved when either skew reaches ``clock_threshold_s``
+  (half the injected offset, between ``MIN_CLOCK_S`` and ``MAX_CLOCK_S``:
+  the stamps have a one-second resolution).
 
-Verdict: ``unknown`` when any window's fault showed no effect or could not be
-observed (an observation that failed, a clock_drift window whose target
-answered nothing with a stamp); else True. Windows that cannot be judged are
-counted, never passed silently: a kind without an observation (``lsn_jump``'s
-sequence variant on Triton, the Ray node faults; a history written before
-observations existed) is ``not_observable``; a window ended by a harness
-death (``gap``) or never healed is ``not_judged``. A run without a fault
-window has nothing to prove here (True, ``windows`` 0).
+Verdict: ``unknown`` when any window's fault showed no effect, could not be
+observed (an observation that failed, a clock_drift window with neither an
+answer nor a probe reading of its target's clock) or left no evidence at all
+(``not_observable``: a kind without an observation, such as ``lsn_jump``'s
+sequence variant on Triton, the Ray node faults, a hook or a Toxiproxy link
+Ordeal cannot read; a history written before observations existed): the
+labels of those windows are in ``no_evidence``. The one exception is a kind
+the user vouches for (``CheckerSettings.trusted_without_evidence``, the
+target file's ``trusted_without_evidence``): its windows without evidence
+are counted ``trusted`` and listed in ``trusted_without_evidence``, and do
+not make the run unknown. A window ended by a harness death (``gap``) or
+never healed is ``not_judged``. A run without a fault window has nothing to
+prove here (True, ``windows`` 0).
 
 Memory: the open clock_drift windows, one invoke wall time per request in
-flight while one is open, at most ``MAX_COUNTEREXAMPLES`` examples.
+flight while one is open, at most ``MAX_COUNTEREXAMPLES`` examples and
+``MAX_LISTED`` labels per list.
 """
 
 from __future__ import annotations
@@ -49,6 +58,9 @@ CLOCK_KIND = "clock_drift"
 MIN_CLOCK_S = 1.0
 MAX_CLOCK_S = 2.0
 DEFAULT_EFFECT_DELAY_S = 2.0
+#: Window labels kept per list of the details (``no_evidence``,
+#: ``trusted_without_evidence``); the counts say how many there were.
+MAX_LISTED = 50
 
 
 def clock_threshold_s(offset_s: Any) -> float:
@@ -56,6 +68,18 @@ def clock_threshold_s(offset_s: Any) -> float:
     if isinstance(offset_s, (int, float)) and not isinstance(offset_s, bool) and offset_s:
         return max(MIN_CLOCK_S, min(MAX_CLOCK_S, abs(float(offset_s)) / 2))
     return MAX_CLOCK_S
+
+
+def probe_reading(effect: Any) -> tuple[float | None, dict[str, Any]]:
+    """The clock skew a clock_drift observation's probe read (its
+    ``evidence.probe.skew_s``; None without one) and the probe's record."""
+    evidence = effect.get("evidence") if isinstance(effect, dict) else None
+    probe = evidence.get("probe") if isinstance(evidence, dict) else None
+    probe = probe if isinstance(probe, dict) else {}
+    skew = probe.get("skew_s")
+    if isinstance(skew, bool) or not isinstance(skew, (int, float)):
+        return None, probe
+    return float(skew), probe
 
 
 class _Clock:
@@ -82,14 +106,17 @@ class FaultEffective(StreamingChecker):
         self.invoked: dict[Any, tuple[int, float | None]] = {}  # process -> (time_ns, wall)
         self.by_kind: dict[str, dict[str, int]] = {}
         self.counts = {"windows": 0, "effective": 0, "no_effect": 0, "unobserved": 0,
-                       "not_observable": 0, "not_judged": 0}
+                       "not_observable": 0, "trusted": 0, "not_judged": 0}
         self.examples: list[dict[str, Any]] = []
+        self.trusted_kinds = frozenset(ctx.settings.trusted_without_evidence)
+        self.listed: dict[str, list[str]] = {"no_evidence": [], "trusted_without_evidence": []}
 
     def _kind(self, kind: str) -> dict[str, int]:
         k = self.by_kind.get(kind)
         if k is None:
             k = self.by_kind[kind] = {"windows": 0, "effective": 0, "no_effect": 0,
-                                      "unobserved": 0, "not_observable": 0, "not_judged": 0}
+                                      "unobserved": 0, "not_observable": 0, "trusted": 0,
+                                      "not_judged": 0}
         return k
 
     def _count(self, w: Window, what: str, example: dict[str, Any] | None = None) -> None:
@@ -157,7 +184,7 @@ class FaultEffective(StreamingChecker):
             return
         effect = w.heal_value.get("effect")
         if not isinstance(effect, dict):
-            self._count(w, "not_observable")
+            self._no_evidence(w)
             return
         if effect.get("effective") is True:
             self._count(w, "effective")
@@ -170,30 +197,77 @@ class FaultEffective(StreamingChecker):
                 "problem": f"the effect of {w.kind} on {w.target} could not be observed: "
                            f"{effect.get('error') or effect}"})
 
+    def _no_evidence(self, w: Window) -> None:
+        """A window whose fault recorded no observation: trusted when the
+        user vouches for its kind, else it proves nothing (unknown)."""
+        if w.kind in self.trusted_kinds:
+            self._count(w, "trusted")
+            self._list("trusted_without_evidence", w.label)
+            return
+        self._count(w, "not_observable", {
+            "problem": f"{w.kind} on {w.target} left no evidence of its effect (its kind has "
+                       "no observation here); a fault not seen to act proves nothing. Vouch "
+                       "for the kind with trusted_without_evidence in the target file, or "
+                       "give it an observation"})
+        self._list("no_evidence", w.label)
+
+    def _list(self, name: str, label: str) -> None:
+        if len(self.listed[name]) < MAX_LISTED:
+            self.listed[name].append(label)
+
     def _judge_clock(self, w: Window, clock: _Clock | None) -> None:
-        if clock is None or not clock.answers:
+        threshold = clock.threshold if clock is not None else MAX_CLOCK_S
+        answers = clock.answers if clock is not None else 0
+        max_skew = clock.max_skew if clock is not None else 0.0
+        effect = w.heal_value.get("effect")
+        skew, probe = probe_reading(effect)
+        if skew is not None and abs(skew) < threshold and probe.get("inconclusive"):
+            skew = None  # a strobed clock read in its real-time half
+        if not answers and skew is None:
+            error = (probe.get("inconclusive") or probe.get("error")
+                     or (effect.get("error") if isinstance(effect, dict) else None))
+            why = (f" (its probe: {error})" if error
+                   else "" if probe else " and no probe of its clock was recorded")
             self._count(w, "unobserved", {
                 "problem": f"no answer of {w.target} carried its clock (a 'created' stamp) "
-                           "while the fault was in, so the clock's move cannot be seen"})
+                           f"while the fault was in{why}, so the clock's move cannot be seen"})
             return
-        facts = {"answers": clock.answers, "max_skew_s": round(clock.max_skew, 1),
-                 "threshold_s": clock.threshold}
-        if clock.max_skew >= clock.threshold:
+        facts: dict[str, Any] = {"answers": answers, "threshold_s": threshold}
+        seen = []
+        if answers:
+            facts["max_skew_s"] = round(max_skew, 1)
+            seen.append(f"the 'created' stamps of its {answers} answer(s) stayed within "
+                        f"{max_skew:.1f} s of the harness's clock")
+        if skew is not None:
+            facts.update(probe_skew_s=round(skew, 1), probe_source=probe.get("source"))
+            seen.append(f"its clock read by a probe was {skew:+.1f} s off the harness's")
+        if answers and max_skew >= threshold or skew is not None and abs(skew) >= threshold:
             self._count(w, "effective")
-        else:
-            self._count(w, "no_effect", {
-                "problem": f"clock_drift on {w.target} showed no effect: the 'created' stamps "
-                           f"of its {clock.answers} answer(s) stayed within "
-                           f"{clock.max_skew:.1f} s of the harness's clock", "evidence": facts})
+            return
+        self._count(w, "no_effect", {
+            "problem": f"clock_drift on {w.target} showed no effect: " + "; ".join(seen),
+            "evidence": facts})
 
     # -- verdict ------------------------------------------------------------------
     def result(self) -> Result:
         c = self.counts
-        details: dict[str, Any] = {**c, "by_kind": {k: dict(v) for k, v in self.by_kind.items()},
+        listed = {k: list(v) for k, v in self.listed.items() if v}
+        details: dict[str, Any] = {**c, **listed,
+                                   "by_kind": {k: dict(v) for k, v in self.by_kind.items()},
                                    "windows_open": len(self.faults.open)}
-        if c["no_effect"] or c["unobserved"]:
-            why = (f"{c['no_effect']} fault window(s) showed no effect and "
-                   f"{c['unobserved']} could not be observed; a fault that did nothing proves "
+        if c["trusted"]:
+            details = {"note": f"{c['trusted']} fault window(s) left no evidence of their "
+                               "effect and were counted on the user's word (the target file's "
+                               "trusted_without_evidence): "
+                               + ", ".join(self.listed["trusted_without_evidence"]),
+                       **details}
+        if c["no_effect"] or c["unobserved"] or c["not_observable"]:
+            parts = [f"{n} {what}" for n, what in (
+                (c["no_effect"], "showed no effect"),
+                (c["unobserved"], "could not be observed"),
+                (c["not_observable"], "left no evidence of their effect "
+                                      f"({', '.join(self.listed['no_evidence'])})")) if n]
+            why = (f"fault window(s): {'; '.join(parts)}; a fault not seen to act proves "
                    "nothing about the system")
             return Result(self.name, "unknown", {"why": why, **details}, list(self.examples))
         return Result(self.name, True, details)

@@ -24,8 +24,11 @@ too; this checker judges what they cost the users.
 
 Memory: one invoke record per request in flight, one row per shown window
 (``MAX_WINDOW_ROWS``; an older window is judged when it leaves the table and
-then counted in the totals and, when it missed, in ``violations_by_window``:
-one entry per missed window, so a known-findings file can cover every one),
+then counted in the totals and, when it missed, in ``violations_by_window``
+and ``measured_by_window`` (its ``goodput``, ``requests``, ``missed`` and
+``last_missed_s``: how far into the window the last request that missed
+was sent): one entry per missed window, so a known-findings file can cover
+every one and hold it against its bounds),
 at most ``MAX_COUNTEREXAMPLES`` examples.
 """
 
@@ -63,7 +66,8 @@ def misses(value: dict[str, Any], t: FaultSLOTargets) -> list[str]:
 
 class _Row:
     __slots__ = ("label", "kind", "victim", "start_ns", "from_ns", "heal_ns", "wall",
-                 "inject_failed", "requests", "ok", "good", "ttft", "examples")
+                 "inject_failed", "requests", "ok", "good", "ttft", "examples",
+                 "last_missed_ns")
 
     def __init__(self, label: str, kind: str, victim: str, start_ns: int, bound_ns: int,
                  wall: str):
@@ -75,6 +79,7 @@ class _Row:
         self.requests = self.ok = self.good = 0
         self.ttft = LatencyHistogram()
         self.examples: list[dict[str, Any]] = []
+        self.last_missed_ns: int | None = None  # the latest invoke, from the start, that missed
 
     def judges(self, t: int) -> bool:
         return not self.inject_failed and t >= self.from_ns and (
@@ -92,13 +97,14 @@ class FaultSLO(StreamingChecker):
         self.bound_ns = int(ctx.settings.slo.failover_bound_s * 1e9)
         self.faults = FaultWindows(keep=0)
         self.rows: OrderedDict[str, _Row] = OrderedDict()
-        # process -> (labels of the windows judging it, its schedule lag in ms)
-        self.invoked: dict[Any, tuple[list[str], float]] = {}
+        # process -> (labels of the windows judging it, its schedule lag in ms, invoke ns)
+        self.invoked: dict[Any, tuple[list[str], float, int]] = {}
         self.nodes: set[str] = set()  # every replica seen answering
         self.totals = {"windows": 0, "judged": 0, "violations": 0, "alone": 0,
                        "too_few_requests": 0, "inject_failed": 0}
         self.retired_rows = 0
         self.by_window: dict[str, int] = {}  # every window's violation, shown or not
+        self.measured: dict[str, dict[str, Any]] = {}  # and its figures (known findings)
         self.examples: list[dict[str, Any]] = []
 
     # -- ops ----------------------------------------------------------------------
@@ -135,14 +141,14 @@ class FaultSLO(StreamingChecker):
             if judged:
                 lag = op.value.get("lag_ms")
                 self.invoked[op.process] = (judged, float(lag) if isinstance(
-                    lag, (int, float)) and lag > 0 else 0.0)
+                    lag, (int, float)) and lag > 0 else 0.0, op.time_ns)
             else:
                 self.invoked.pop(op.process, None)
             return
         node = op.value.get("node")
         if op.type == "ok" and node is not None:
             self.nodes.add(node)
-        labels, lag = self.invoked.pop(op.process, (None, 0.0))
+        labels, lag, sent_ns = self.invoked.pop(op.process, (None, 0.0, op.time_ns))
         if not labels or is_withdrawn(op) or op.value.get("gap"):
             return
         figures = due_figures(op.value, lag)
@@ -158,9 +164,12 @@ class FaultSLO(StreamingChecker):
                     row.ttft.add(float(figures["ttft_ms"]))
             if not missed:
                 row.good += 1
-            elif len(row.examples) < MAX_COUNTEREXAMPLES:
+                continue
+            into = sent_ns - row.start_ns
+            row.last_missed_ns = max(row.last_missed_ns or 0, into)
+            if len(row.examples) < MAX_COUNTEREXAMPLES:
                 row.examples.append({
-                    "problem": f"sent {(op.time_ns - row.start_ns) / 1e9:.1f}s into "
+                    "problem": f"sent {into / 1e9:.1f}s into "
                                f"{row.kind} on {row.victim}, "
                                + (f"missed {', '.join(missed)}" if op.type == "ok"
                                   else f"ended {op.type}: {op.error}"),
@@ -196,18 +205,24 @@ class FaultSLO(StreamingChecker):
             if not out["met"]:
                 self.totals["violations"] += 1
                 self.by_window[row.label] = 1
+                self.measured[row.label] = {
+                    "goodput": goodput, "requests": row.requests,
+                    "missed": row.requests - row.good,
+                    "last_missed_s": None if row.last_missed_ns is None
+                    else round(row.last_missed_ns / 1e9, 3)}
                 self.examples.extend(row.examples[:MAX_COUNTEREXAMPLES - len(self.examples)])
         return out
 
     def result(self) -> Result:
         # Judge copies of the totals: result() may be called mid-run (pure).
-        saved = dict(self.totals), list(self.examples), dict(self.by_window)
+        saved = (dict(self.totals), list(self.examples), dict(self.by_window),
+                 dict(self.measured))
         try:
             shown = {label: self._judge(row) for label, row in self.rows.items()}
             totals, examples = dict(self.totals), list(self.examples)
-            by_window = dict(self.by_window)
+            by_window, measured = dict(self.by_window), dict(self.measured)
         finally:
-            self.totals, self.examples, self.by_window = saved
+            self.totals, self.examples, self.by_window, self.measured = saved
         t = self.t
         details: dict[str, Any] = {
             **totals,
@@ -215,6 +230,7 @@ class FaultSLO(StreamingChecker):
             "min_goodput": t.min_goodput, "min_requests": t.min_requests,
             "failover_bound_s": self.bound_ns / 1e9,
             "violations_by_window": by_window,
+            "measured_by_window": measured,
             "windows_shown": shown,
             "windows_not_shown": self.retired_rows,
         }

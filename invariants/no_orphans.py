@@ -18,7 +18,9 @@ is Ray's behaviour on a lost node, shown in their heal and not judged here.
 
 Memory: one counter set, at most ``MAX_WINDOW_ROWS`` windows itemised (a
 violation in a window past them is counted, and no known finding can cover
-it), at most ``MAX_COUNTEREXAMPLES`` examples.
+it; ``measured_by_window`` gives each itemised window's ``orphans``,
+``scope`` and ``oldest_orphan_s``, the age the heal found its oldest orphan
+at, for a known finding's bounds), at most ``MAX_COUNTEREXAMPLES`` examples.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class NoOrphans(StreamingChecker):
                        "kills_with_orphans": 0}
         self.by_scope: dict[str, int] = {}
         self.by_window: dict[str, int] = {}
+        self.measured: dict[str, dict[str, Any]] = {}  # the same windows' figures
         self.examples: list[dict[str, Any]] = []
 
     def feed(self, op: Op) -> None:
@@ -72,6 +75,12 @@ class NoOrphans(StreamingChecker):
         self.counts["kills_with_orphans"] += 1
         if len(self.by_window) < MAX_WINDOW_ROWS:
             self.by_window[w.label] = len(orphans)
+            ages = [o.get("alive_after_kill_s") for o in orphans]
+            self.measured[w.label] = {
+                "orphans": len(orphans), "scope": scope,
+                # None when one age is missing: beyond any known finding's bound
+                "oldest_orphan_s": max(ages) if all(isinstance(a, (int, float))
+                                                    for a in ages) else None}
         for o in orphans:
             if len(self.examples) >= MAX_COUNTEREXAMPLES:
                 break
@@ -85,5 +94,6 @@ class NoOrphans(StreamingChecker):
         c = self.counts
         details: dict[str, Any] = {**c, "kills_by_scope": dict(self.by_scope),
                                    "violations": c["orphans"],
-                                   "violations_by_window": dict(self.by_window)}
+                                   "violations_by_window": dict(self.by_window),
+                                   "measured_by_window": dict(self.measured)}
         return Result(self.name, not c["orphans"], details, list(self.examples))

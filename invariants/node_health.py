@@ -37,6 +37,9 @@ class HealthTruthful(StreamingChecker):
         self.busy_since: dict[str, tuple[int, float]] = {}
         self.lies: list[dict[str, Any]] = []
         self.samples = 0
+        # Samples that read the token counter: without one, whether a 200
+        # came with progress cannot be told ("unknown", never True).
+        self.counter_reads = 0
         # node -> request ids its served journal says began and have not ended.
         # The engine's own gauges freeze with the engine (a SIGSTOPped
         # EngineCore keeps reporting its last "running" value, often 0), so
@@ -66,6 +69,8 @@ class HealthTruthful(StreamingChecker):
         queued = m.get("vllm:num_requests_running", 0) + m.get("vllm:num_requests_waiting", 0)
         busy = queued > 0 or bool(self.open.get(node))
         tokens = m.get("vllm:generation_tokens_total")
+        if tokens is not None:
+            self.counter_reads += 1
         if v.get("health") != 200 or not busy or tokens is None:
             self.busy_since.pop(node, None)
             return
@@ -78,10 +83,15 @@ class HealthTruthful(StreamingChecker):
                               "node": node})
 
     def result(self) -> Result:
-        details = {"samples": self.samples, "stall_s": self.stall_ns / 1e9}
+        details = {"samples": self.samples, "counter_reads": self.counter_reads,
+                   "stall_s": self.stall_ns / 1e9}
         if self.lies:
             return Result(self.name, False, details, self.lies)
-        return Result(self.name, True if self.samples else "unknown", details)
+        if not self.counter_reads:
+            details["why"] = ("no sample read the token counter (vllm:generation_tokens_total)"
+                              if self.samples else "no monitor sample of any node")
+            return Result(self.name, "unknown", details)
+        return Result(self.name, True, details)
 
 
 class CountersMonotonic(StreamingChecker):

@@ -198,6 +198,11 @@ class CheckerSettings:
     drift_settle_s: float = 600.0
     #: A series covering less than this many hours is shown, not judged.
     drift_min_span_h: float = 1.0
+    #: fault_effective: fault kinds whose windows count without evidence of
+    #: their effect (the target file's ``trusted_without_evidence``: a hook or
+    #: a Toxiproxy link Ordeal cannot observe). Listed, never silent; any
+    #: other window without evidence makes fault_effective "unknown".
+    trusted_without_evidence: tuple[str, ...] = ()
 
     def drift_bounds(self) -> dict[str, float]:
         """Series name (invariants.drift) -> its bound per hour."""
@@ -215,7 +220,7 @@ class CheckerSettings:
             value = getattr(self, f.name)
             if value != getattr(default, f.name):
                 out[f.name] = (asdict(value) if isinstance(value, (SLOTargets, FaultSLOTargets))
-                               else value)
+                               else list(value) if isinstance(value, tuple) else value)
         return out
 
     @classmethod
@@ -235,6 +240,12 @@ class CheckerSettings:
                 if not isinstance(value, dict):
                     raise ConfigError(f"{where}: {name} is {value!r}; expected an object")
                 kw[name] = type(want).from_table(value, f"{where}: {name}")
+            elif isinstance(want, tuple):
+                if not isinstance(value, (list, tuple)) or not all(
+                        isinstance(v, str) for v in value):
+                    raise ConfigError(f"{where}: {name} is {value!r}; expected a list of "
+                                      "strings")
+                kw[name] = tuple(value)
             elif (isinstance(value, bool) or not isinstance(value, (int, float))
                   or isinstance(want, int) and not isinstance(value, int)):
                 raise ConfigError(f"{where}: {name} is {value!r}; expected "

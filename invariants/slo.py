@@ -234,9 +234,22 @@ class ErrorRate(_PhasedChecker):
         return Result(self.name, ok, details, [] if ok else examples)
 
 
+#: Targets that are the client's only way in: a fault there cuts every
+#: request whatever the cluster does (no spare to fail over to), so
+#: availability shows those windows and does not judge them.
+ENTRYPOINT_TARGETS = frozenset({"client-router", "router"})
+
+
+def window_target(label: str) -> str:
+    """The target of a window label ``kind@target#n``."""
+    return label.partition("@")[2].rsplit("#", 1)[0]
+
+
 class Availability(_PhasedChecker):
     """Inside each fault window, the share of requests that still succeeded:
-    what a cluster with a spare replica should keep up while one is down."""
+    what a cluster with a spare replica should keep up while one is down.
+    A window of a fault on the entrypoint (``ENTRYPOINT_TARGETS``) is shown,
+    not judged: no stack can route around its only door."""
 
     name = "availability"
 
@@ -247,12 +260,21 @@ class Availability(_PhasedChecker):
                       for k, v in self.groups.figures().items() if v["phase"] == "fault"}
         details = {"min_availability": self.t.min_availability, "windows": per_window,
                    "fault_windows": len(self.timeline.windows)}
-        if not self.timeline.windows:
-            return Result(self.name, True, {**details, "why": "no fault in this run"})
-        if not per_window:
+        judged = {k: v for k, v in per_window.items()
+                  if window_target(k) not in ENTRYPOINT_TARGETS}
+        shown = sorted(set(per_window) - set(judged))
+        if shown:
+            details["not_judged"] = {"windows": shown, "why": "a fault on the entrypoint cuts "
+                                     "every request: nothing to fail over to"}
+        tolerable = [w for w in self.timeline.windows if w.target not in ENTRYPOINT_TARGETS]
+        if not tolerable:
+            return Result(self.name, True, {**details, "why": "no fault a cluster can ride out "
+                                                              "in this run" if shown else
+                                                       "no fault in this run"})
+        if not judged:
             return Result(self.name, "unknown",
                           {**details, "why": "no request during a fault window"})
-        low = {k: v for k, v in per_window.items()
+        low = {k: v for k, v in judged.items()
                if v["availability"] < self.t.min_availability}
         details["below"] = sorted(low)
         return Result(self.name, not low, details)

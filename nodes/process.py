@@ -20,6 +20,7 @@ from collections import deque
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from ordeal.config import redact_argv
 from ordeal.history.ops import utc_iso
 from ordeal.ownership import (
     CLUSTER_ENV,
@@ -79,9 +80,10 @@ class ManagedProcess:
                "ORDEAL_LOG_DIR": str(self.log_path.parent), OWNER_PID_ENV: str(owner.pid)}
         with self.log_path.open("ab") as log:
             # The banner's time is where a restart's phases are counted from
-            # (engines.vllm.startup).
+            # (engines.vllm.startup). Its command line, like the record's, is
+            # redacted: a log and a state file are files a secret never reaches.
             log.write(f"\n=== ordeal: start #{self.starts + 1} of {self.name} at {utc_iso()}: "
-                      f"{' '.join(self.argv)}\n".encode())
+                      f"{' '.join(redact_argv(self.argv))}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
                 self.argv, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -92,7 +94,8 @@ class ManagedProcess:
             )
         self.starts += 1
         self._record = ProcessRecord(self.cluster_id, self.name, self.proc.pid,
-                                     _proc_start_time(self.proc.pid), self.argv, owner)
+                                     _proc_start_time(self.proc.pid),
+                                     redact_argv(self.argv), owner)
         write_record(self._record)
 
     def is_running(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,24 +78,107 @@ def read_input(p: Path, where: str, fix: str) -> bytes:
         raise ConfigError(f"{where}: cannot read it ({e})") from e
 
 
-def redact_argv(argv: list[str] | tuple[str, ...]) -> list[str]:
-    """A command line as a report may show it: the value of a secret-looking
-    flag (``--api-key X``, ``--hf-token=X``) replaced."""
+REDACTED = "<redacted>"
+#: ``Name: value`` in one argument (a header given to curl -H, say).
+_HEADER = re.compile(r"^([A-Za-z][A-Za-z0-9_-]*)\s*:\s*\S")
+#: ``scheme://user:password@`` in a URL.
+_URL_CREDENTIALS = re.compile(r"(\w+://)[^/\s:@]+:[^/\s@]*@")
+#: A flag: a dash, then no space before any ``=`` (an argument with a space
+#: before its ``=`` is a command line in one argument, not a flag).
+_FLAG = re.compile(r"^-[^\s=]*$")
+#: Where a flag's value ends and more flags begin, in one argument.
+_MORE_FLAGS = re.compile(r"\s+(?=-)")
+#: A shell variable's name in place of a value (``--token=$KUBE_TOKEN``):
+#: no secret, and shown, so a hook's command still says where its secret
+#: comes from.
+_REFERENCE = re.compile(r"\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
+#: Nested command lines deeper than this are hidden whole where they look secret.
+_MAX_DEPTH = 6
+
+
+def redact_argv(argv: list[str] | tuple[str, ...], _depth: int = 0) -> list[str]:
+    """A command line as a report may show it, argument for argument: the
+    value of a secret-looking flag (``--api-key X``, ``--hf-token=X``) and
+    of a secret-looking ``NAME=value`` or ``Name: value`` replaced, and the
+    same inside any argument that is itself a command line
+    (``--engine-args "--api-key X --dtype bfloat16"``), which is split as a
+    shell would, redacted and joined again. Everything else stays as it is,
+    so the line still says what ran (``--seed 7`` keeps its 7)."""
     out: list[str] = []
     hide_next = False
     for arg in argv:
         if hide_next:
-            out.append("<redacted>")
+            out.append(arg if _REFERENCE.fullmatch(arg) else REDACTED)
             hide_next = False
             continue
-        name, eq, _ = arg.partition("=")
-        secret = name.startswith("-") and SECRET_ENV.search(name) is not None
-        if secret and eq:
-            out.append(f"{name}=<redacted>")
-        else:
-            out.append(arg)
-            hide_next = secret and not eq
+        name, eq, value = arg.partition("=")
+        if _FLAG.match(name):
+            secret = SECRET_ENV.search(name) is not None
+            if not eq:
+                out.append(arg)
+                hide_next = secret
+            elif secret:
+                out.append(f"{name}={_hidden(value, _depth)}")
+            else:
+                out.append(f"{name}={redact_value(value, _depth)}")
+            continue
+        out.append(redact_value(arg, _depth))
     return out
+
+
+def _hidden(value: str, _depth: int) -> str:
+    """The value of a secret flag's ``--name=value`` or of a secret
+    ``NAME=value``, hidden (a ``$NAME`` reference stays: it is no secret).
+    Where the argument goes on with more flags after a space
+    (``"--api-key=X --dtype bfloat16"``, one argument of a command line
+    given whole), those stay, redacted on their own; everything up to them
+    is hidden, spaces or not."""
+    if _REFERENCE.fullmatch(value):
+        return value
+    more = _MORE_FLAGS.search(value)
+    if more is None:
+        return REDACTED
+    return f"{REDACTED}{more.group(0)}{redact_command(value[more.end():], _depth + 1)}"
+
+
+def redact_value(text: str, _depth: int = 0) -> str:
+    """One argument (or a flag's value) as a report may show it: a
+    secret-looking ``NAME=value`` (an environment pair) or ``Name: value``
+    (a header) hides its value, credentials in a URL are hidden, and an
+    argument with spaces or quotes in it is taken for a command line and
+    redacted argument by argument (``redact_argv``)."""
+    text = _URL_CREDENTIALS.sub(rf"\1{REDACTED}@", text)
+    name, eq, value = text.partition("=")
+    if _FLAG.match(name):  # a flag as a value: --engine-args=--api-key=X
+        return redact_argv([text], _depth)[0]
+    if eq and _ENV_KEY.match(name):
+        if not SECRET_ENV.search(name):
+            return f"{name}={redact_value(value, _depth)}"
+        return f"{name}={_hidden(value, _depth)}"
+    header = _HEADER.match(text)
+    if header and SECRET_ENV.search(header.group(1)):
+        return f"{header.group(1)}: {REDACTED}"
+    if not any(c.isspace() or c in "'\"" for c in text):
+        return text
+    return redact_command(text, _depth + 1)
+
+
+def redact_command(text: str, _depth: int = 0) -> str:
+    """A shell command line (a hook's command, an ``--engine-args`` value)
+    as a report may show it: split as a shell would, redacted
+    (``redact_argv``) and joined again; the text as it was when nothing in
+    it is secret. One that cannot be split, or nests too deep, is shown
+    whole only when nothing secret-looking is in it at all."""
+    try:
+        parts = shlex.split(text)
+    except ValueError:
+        parts = None
+    if parts is None or _depth > _MAX_DEPTH:
+        return text if not SECRET_ENV.search(text) else (
+            f"{REDACTED} (a command line that cannot be split as a shell would, with a "
+            "secret-looking word in it)")
+    shown = redact_argv(parts, _depth)
+    return text if shown == parts else shlex.join(shown)
 
 
 def parse_env_pairs(values: list[str] | tuple[str, ...], option: str) -> tuple[tuple[str, str], ...]:

@@ -518,6 +518,42 @@ class Allowance:
         self.undo()
 
 
+def parse_network(text: str) -> Network:
+    """An address or a CIDR as a network; ``NotOurs`` when it is neither."""
+    try:
+        return ipaddress.ip_network(text.strip(), strict=False)
+    except ValueError as e:
+        raise NotOurs(f"{text!r}: not a network ({e}); give an address or a CIDR such "
+                      "as 10.0.0.0/24") from None
+
+
+#: The widest network ``--allow-target`` takes unless ``--allow-wide-target``
+#: is also given, by IP version: a typo (``/0`` for ``/24``) or a guess
+#: should not make every address on the way a target of load and faults.
+WIDEST_PREFIX = {4: 16, 6: 48}
+
+
+def too_wide(net: Network) -> str | None:
+    """Why ``net`` is too wide to allow without ``--allow-wide-target``
+    (wider than ``WIDEST_PREFIX``), or None."""
+    widest = WIDEST_PREFIX[net.version]
+    if net.prefixlen >= widest:
+        return None
+    return (f"{net} is {net.num_addresses:,} addresses, wider than the /{widest} allowed "
+            f"without --allow-wide-target; name the network of the deployment itself (e.g. "
+            f"{'10.0.0.0/24' if net.version == 4 else '2001:db8:1:2::/64'}), or, if every "
+            f"address in {net} is yours to load and break, add --allow-wide-target")
+
+
+def reach(net: Network | str) -> str:
+    """What allowing ``net`` lets load and faults reach, in words."""
+    if isinstance(net, str):
+        return f"the host name {net} (only as the target file names it)"
+    if net.num_addresses == 1:
+        return f"{net.network_address} (one address)"
+    return (f"{net} ({net[0]} to {net[-1]}, {net.num_addresses:,} addresses)")
+
+
 class AllowedNetworks:
     """The networks load and faults may reach: loopback always, and each
     network someone allowed until they undo it."""
@@ -533,11 +569,7 @@ class AllowedNetworks:
     def allow(self, net: str | Network) -> Allowance:
         """Allow ``net`` (an address or a CIDR); ``NotOurs`` when it is not one."""
         if isinstance(net, str):
-            try:
-                net = ipaddress.ip_network(net.strip(), strict=False)
-            except ValueError as e:
-                raise NotOurs(f"{net!r}: not a network ({e}); give an address or a CIDR such "
-                              "as 10.0.0.0/24") from None
+            net = parse_network(net)
         self._extra.append(net)
         return Allowance(self, net)
 

@@ -25,6 +25,8 @@ Reference (README "Test a running deployment")::
     headers = { "x-tenant" = "qa" }       # extra request headers (optional)
     fault_proxy = true                    # Ordeal's proxy in front of the entrypoint
     ready_timeout_s = 300                 # how long a node may take to serve again
+    trusted_without_evidence = ["http_fault"]  # kinds whose windows pass unobserved (optional)
+    hook_env = ["KUBECONFIG"]             # variables the hooks get besides PATH, HOME, LANG
     [tls]                                 # https entrypoints
     verify = true
     ca_file = "/path/ca.pem"
@@ -46,14 +48,16 @@ Reference (README "Test a running deployment")::
 
 from __future__ import annotations
 
+import hashlib
 import re
+import shlex
 import tomllib
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, read_input, redact_env
+from .config import ConfigError, read_input, redact_command, redact_env
 from .topology import L4_LINK_KINDS, LINK_KINDS
 
 #: Fault kinds a hook may give (the node kinds: what needs a process or a
@@ -61,9 +65,16 @@ from .topology import L4_LINK_KINDS, LINK_KINDS
 HOOK_KINDS = ("process_kill", "process_pause", "network_partition", "clock_drift",
               "gpu_throttle", "gpu_memory_pressure", "packet_loss")
 ENGINES = ("vllm",)
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+#: A node name, matched whole (``fullmatch``: a ``$`` alone lets a trailing
+#: newline through, and the name reaches a hook's shell command).
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOP = {"name", "engine", "model", "entrypoint", "entrypoint_health_path", "api_key_env",
-        "headers", "fault_proxy", "ready_timeout_s", "tls", "replica", "hook", "toxiproxy"}
+        "headers", "fault_proxy", "ready_timeout_s", "tls", "replica", "hook", "toxiproxy",
+        "trusted_without_evidence", "hook_env"}
+#: The kinds ``trusted_without_evidence`` may name: those that can act on an
+#: external deployment (a hook's node kinds, the proxies' link kinds).
+TRUSTABLE_KINDS = tuple(sorted({*HOOK_KINDS, *LINK_KINDS}))
 
 
 @dataclass(frozen=True)
@@ -103,8 +114,24 @@ class Hook:
     timeout_s: float = 60.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "node": self.node, "inject": self.inject,
-                "heal": self.heal, "timeout_s": self.timeout_s}
+        """The hook as summary.json records it: its commands redacted."""
+        return {"kind": self.kind, "node": self.node, "inject": redact_command(self.inject),
+                "heal": redact_command(self.heal), "timeout_s": self.timeout_s}
+
+
+def hook_command(template: str, node: str) -> str:
+    """A hook's command for ``node``: ``{node}`` replaced by the name, quoted
+    for the shell (a name is checked at read time, and quoted all the same:
+    it reaches ``bash -c``)."""
+    return template.replace("{node}", shlex.quote(node))
+
+
+def file_sha256(path: str | Path) -> str | None:
+    """The sha256 of a file's bytes; None when it cannot be read."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -139,6 +166,18 @@ class TargetSpec:
     hooks: tuple[Hook, ...] = ()
     toxiproxy: ToxiproxyTarget | None = None
     entrypoint_health_path: str = "/health"
+    #: Fault kinds whose windows count as effective without evidence (a hook
+    #: or a Toxiproxy link Ordeal cannot observe): the user vouches for them,
+    #: fault_effective lists those windows. Any other window without evidence
+    #: makes fault_effective "unknown".
+    trusted_without_evidence: tuple[str, ...] = ()
+    #: The harness's environment variables the hooks get, by name, besides
+    #: PATH, HOME, LANG and Ordeal's labels (faults/hook.py): a hook gets no
+    #: other variable of the harness, so no secret it did not ask for.
+    hook_env: tuple[str, ...] = ()
+    #: The sha256 of the file's bytes as read: the ledger entry of a hook's
+    #: fault records it, and heal-all says when the file changed since.
+    sha256: str = ""
 
     def hook(self, kind: str, node: str) -> Hook | None:
         """The hook for ``kind`` on ``node``: the node's own, else the
@@ -195,8 +234,10 @@ class TargetSpec:
                 "replicas": [{"name": r.name, "url": r.url.url, "health_path": r.health_path,
                               "metrics_path": r.metrics_path} for r in self.replicas],
                 "hooks": [h.to_dict() for h in self.hooks],
+                "hook_env": list(self.hook_env), "sha256": self.sha256,
                 "toxiproxy": None if self.toxiproxy is None else {
-                    "url": self.toxiproxy.url.url, "links": dict(self.toxiproxy.links)}}
+                    "url": self.toxiproxy.url.url, "links": dict(self.toxiproxy.links)},
+                "trusted_without_evidence": list(self.trusted_without_evidence)}
 
 
 def _fail(path: Path, where: str, what: str) -> ConfigError:
@@ -254,7 +295,7 @@ def read_target_file(path: str | Path) -> TargetSpec:
         raise _fail(p, "engine", f"{engine!r}: external targets run {', '.join(ENGINES)} only")
     api_key_env = data.get("api_key_env")
     if api_key_env is not None and (not isinstance(api_key_env, str)
-                                    or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", api_key_env)):
+                                    or not _ENV_NAME.fullmatch(api_key_env)):
         raise _fail(p, "api_key_env", "give the NAME of an environment variable holding the "
                                       "key (the key itself never goes in a file)")
     headers = data.get("headers", {})
@@ -288,7 +329,7 @@ def read_target_file(path: str | Path) -> TargetSpec:
             raise _fail(p, where, "give a table with name and url")
         _table_keys(p, where, r, {"name", "url", "health_path", "metrics_path"})
         name = _str(p, f"{where} name", r.get("name"))
-        if not _NAME.match(name) or name == "router":
+        if not _NAME.fullmatch(name) or name == "router":
             raise _fail(p, f"{where} name", f"{name!r}: use letters, digits, '-', '_', '.' "
                                             "(and not 'router', the entrypoint's name)")
         paths = {k: _str(p, f"{where} {k}", r.get(k), d)
@@ -328,12 +369,34 @@ def read_target_file(path: str | Path) -> TargetSpec:
                         "/health")
     if not entry_health.startswith("/"):
         raise _fail(p, "entrypoint_health_path", f"{entry_health!r}: a path begins with /")
+    trusted = _trusted_kinds(p, data.get("trusted_without_evidence", []))
+    hook_env = data.get("hook_env", [])
+    if not isinstance(hook_env, list) or not all(
+            isinstance(k, str) and _ENV_NAME.fullmatch(k) for k in hook_env):
+        raise _fail(p, "hook_env", "give a list of environment variable names the hooks "
+                                   "need, e.g. hook_env = [\"KUBECONFIG\"]")
     return TargetSpec(p.resolve(), _str(p, "name", data.get("name"), p.stem),
                       engine, _str(p, "model", data["model"]),
                       parse_url(p, "entrypoint", data["entrypoint"]), api_key_env,
                       tuple(headers.items()), fault_proxy, float(ready),
                       TLS(tls_t.get("verify", True), ca), tuple(replicas), tuple(hooks),
-                      toxiproxy, entry_health)
+                      toxiproxy, entry_health, trusted,
+                      hook_env=tuple(dict.fromkeys(hook_env)),
+                      sha256=hashlib.sha256(raw).hexdigest())
+
+
+def _trusted_kinds(p: Path, value: Any) -> tuple[str, ...]:
+    """``trusted_without_evidence = ["KIND", ...]``: fault kinds of this
+    file's faults, each named once."""
+    if not isinstance(value, list) or not all(isinstance(k, str) for k in value):
+        raise _fail(p, "trusted_without_evidence", "give a list of fault kinds, e.g. "
+                                                   "trusted_without_evidence = [\"http_fault\"]")
+    unknown = sorted({k for k in value if k not in TRUSTABLE_KINDS})
+    if unknown:
+        raise _fail(p, "trusted_without_evidence",
+                    f"unknown fault kind(s) {unknown}; name kinds that act on an external "
+                    f"deployment: {', '.join(TRUSTABLE_KINDS)}")
+    return tuple(dict.fromkeys(value))
 
 
 def _toxiproxy(p: Path, table: Any, replicas: list[str],

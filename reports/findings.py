@@ -4,9 +4,12 @@ the top of summary.json (``findings``) and of report.html.
 Each says in one sentence what went wrong (what the invariant guards, then
 its first counterexample), with the invariant's leading figures, a few
 example ops (their index in history.jsonl), whether a known-findings file
-lists it (then it is not in the verdict), and the command that runs the
-same test again (``replay``, set by the pytest plugin). Pure: it reads a
-summary dict and nothing else.
+lists it (then it is not in the verdict; ``known_bounds``: each finding's
+bounds beside the worst figure it covered), whether a known finding names
+its fault window but a figure was beyond its bound (``beyond_known``: the
+figure beside the bound; then it is a new finding, in the verdict), and the
+command that runs the same test again (``replay``, set by the pytest
+plugin). Pure: it reads a summary dict and nothing else.
 """
 
 from __future__ import annotations
@@ -65,9 +68,35 @@ def findings_of(summary: dict[str, Any]) -> list[dict[str, Any]]:
             "what": f"{what}" + (f": {first}" if first else ""),
             "known": [f.get("reason") for f in known if isinstance(f, dict)]
             if isinstance(known, list) else None,
+            "known_bounds": [bounds_text(f) for f in known if isinstance(f, dict)]
+            if isinstance(known, list) else None,
+            "beyond_known": [f"{b.get('window')}: {bounds_text(b)}, beyond the known finding "
+                             f"{b.get('reason')!r}" for b in inv.get("beyond_known") or []
+                             if isinstance(b, dict)],
             "figures": dict(list(figures.items())[:MAX_FIGURES]),
             "examples": [{k: c.get(k) for k in ("index", "wall", "window", "problem")
                           if c.get(k) is not None} for c in examples[:MAX_EXAMPLES]],
             "replay": summary.get("replay"),
         })
     return out
+
+
+def bounds_text(entry: dict[str, Any]) -> str:
+    """A known finding's bounds beside what was measured (invariants.known:
+    ``bounds``, ``measured`` keyed by bound, ``beyond`` the bounds exceeded):
+    ``max_ejection_s 59.5 > 9`` or ``max_ejection_s 6.2 <= 9``."""
+    bounds = entry.get("bounds") if isinstance(entry.get("bounds"), dict) else {}
+    measured = entry.get("measured") if isinstance(entry.get("measured"), dict) else {}
+    over = entry.get("beyond") if isinstance(entry.get("beyond"), list) else []
+    parts = []
+    for key, limit in bounds.items():
+        value = measured.get(key)
+        if not isinstance(value, (int, float)) or not isinstance(limit, (int, float)):
+            parts.append(f"{key} not measured, bound {limit} (beyond)")
+            continue
+        floor = str(key).startswith("min_")
+        rel = ("<" if floor else ">") if key in over else (">=" if floor else "<=")
+        parts.append(f"{key} {value:g} {rel} {limit:g}")
+    parts += [f"{key}: {measured.get(key)} (no known finding covers it)"
+              for key in over if key not in bounds]
+    return "; ".join(parts) if parts else "no bound (any size)"

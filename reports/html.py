@@ -27,6 +27,7 @@ from typing import Any
 from ordeal.history.ops import parse_iso
 
 from .collect import MAX_WINDOWS, NODE_METRICS, ReportData, collect
+from .findings import bounds_text
 from .plots import LEFT, RIGHT, WIDTH, Chart, Series, Shade, render_chart, render_strips
 
 REPORT_NAME = "report.html"
@@ -123,6 +124,7 @@ def section_head(summary: dict[str, Any], data: ReportData | None, problems: lis
            (f'<p>suite <b>{_e(summary.get("suite", "?"))}</b> · started '
             f'{_e(summary.get("started", "?"))} · ended {_e(summary.get("ended", "?"))} · backend '
             f'{_e(cluster.get("backend", "?"))} · engine {_e(cluster.get("engine", "?"))}</p>'),
+           _timing(summary),
            "<p>ops: " + " · ".join(f"{_e(k)} {_e(v)}" for k, v in ops.items()) + "</p>"]
     if wl:
         keys = ("mode", "rate", "duration_s", "concurrency", "stream_share", "seed")
@@ -140,6 +142,35 @@ def section_head(summary: dict[str, Any], data: ReportData | None, problems: lis
             f"<li>run error: {_e(e, 1000)}</li>" for e in errs[:30]) + "".join(
             f"<li>report: {_e(p, 1000)}</li>" for p in problems[:60]) + "</ul></div>")
     return "".join(out)
+
+
+def _hms(v: Any) -> str:
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return "?"
+    t = int(max(0, v))
+    return f"{t // 3600}:{t % 3600 // 60:02d}:{t % 60:02d}"
+
+
+def _timing(summary: dict[str, Any]) -> str:
+    """How long the whole run ran (summary ``duration_s``) and, for a
+    resumed run, each segment and the gaps between them (``segments``)."""
+    segs = [s for s in summary.get("segments") or [] if isinstance(s, dict)]
+    if summary.get("duration_s") is None and len(segs) < 2:
+        return ""
+    out = f'<p class="small" id="timing">ran {_hms(summary.get("duration_s"))} (monotonic clock)'
+    if len(segs) < 2:
+        return out + "</p>"
+    out += (f" over {len(segs)} segments: resumed {len(segs) - 1} time(s), down "
+            f"{_hms(summary.get('down_s'))} between them (not counted)</p>"
+            "<table><tr><th>segment</th><th>started</th><th>ended</th><th>ran</th>"
+            "<th>resumed after a gap</th></tr>")
+    for i, seg in enumerate(segs):
+        gap = seg.get("resumed_from_gap") if isinstance(seg.get("resumed_from_gap"), dict) else {}
+        out += (f"<tr><td>{i + 1}</td><td>{_e(seg.get('started'))}</td>"
+                f"<td>{_e(seg.get('ended'))}</td><td>{_hms(seg.get('duration_s'))}</td><td>"
+                + (f"down {_hms(gap.get('down_s'))} (last op {_e(gap.get('from'))})" if gap
+                   else "") + "</td></tr>")
+    return out + "</table>"
 
 
 def _stack(cluster: dict[str, Any], nodes: list[dict[str, Any]]) -> str:
@@ -182,8 +213,14 @@ def section_findings(summary: dict[str, Any]) -> str:
             (f'<a href="#op-{e["index"]}">op {e["index"]}</a>' if isinstance(e.get("index"), int)
              else _e(e.get("window"))) for e in f.get("examples") or [] if isinstance(e, dict))
         figures = " · ".join(f"{_e(k)}={_e(v, 80)}" for k, v in (f.get("figures") or {}).items())
+        # A known finding's bounds beside the worst figure it covered, or the
+        # figure beyond a known finding's bound that made it new.
+        sizes = [*(f"within its bounds: {b}" for b in f.get("known_bounds") or [] if known),
+                 *(f"beyond a known finding: {b}" for b in f.get("beyond_known") or [])]
         items.append(f"<li>{tag}<b>{_e(f.get('invariant'))}</b>: {_e(f.get('what'), 400)}"
-                     f'<br><span class="small">{figures}</span>'
+                     + "".join(f'<br><span class="small bounds">{_e(b, 400)}</span>'
+                               for b in sizes[:4])
+                     + f'<br><span class="small">{figures}</span>'
                      + (f'<br><span class="small">examples: {examples}</span>' if examples else "")
                      + (f'<br><span class="mono">replay: {_e(f.get("replay"), 400)}</span>'
                         if f.get("replay") else "") + "</li>")
@@ -197,20 +234,26 @@ def section_invariants(summary: dict[str, Any], data: ReportData | None) -> str:
     linked = {c.index for c in data.contexts} if data else set()
     rows = "".join(
         f"<tr><td>{_e(i.get('name'))}</td>{_valid_cell(i.get('valid'))}"
-        f"<td>{_known(i.get('known'))}{_figures(i.get('details'))}</td>"
+        f"<td>{_known(i.get('known'), i.get('beyond_known'))}{_figures(i.get('details'))}</td>"
         f"<td>{_counterexamples(i.get('counterexamples'), linked)}</td></tr>" for i in invs)
     return ('<h2>Invariants</h2><table id="invariants"><tr><th>invariant</th><th>valid</th>'
             f"<th>key figures</th><th>counterexamples</th></tr>{rows}</table>"
             + _known_findings(summary.get("known_findings")))
 
 
-def _known(findings: Any) -> str:
-    """A failure the known-findings file covers: said first, with why."""
-    if not isinstance(findings, list):
-        return ""
-    return "".join(f'<p class="known"><b>known finding</b> (not in the verdict): '
-                   f"{_e(f.get('reason'))}; tracked: {_e(f.get('tracked'))}</p>"
-                   for f in findings if isinstance(f, dict))
+def _known(findings: Any, beyond: Any = None) -> str:
+    """A failure the known-findings file covers: said first, with why and
+    its bounds beside the worst figure covered; or the windows a known
+    finding names whose figure was beyond its bound (a new finding)."""
+    out = "".join(f'<p class="known"><b>known finding</b> (not in the verdict): '
+                  f"{_e(f.get('reason'))}; tracked: {_e(f.get('tracked'))}; "
+                  f"within its bounds: {_e(bounds_text(f), 300)}</p>"
+                  for f in findings if isinstance(f, dict)) if isinstance(findings, list) else ""
+    return out + "".join(f'<p class="known"><b>beyond a known finding</b> (in the verdict): '
+                         f"{_e(b.get('window'))}: {_e(bounds_text(b), 300)}; the finding: "
+                         f"{_e(b.get('reason'))}</p>"
+                         for b in (beyond if isinstance(beyond, list) else [])
+                         if isinstance(b, dict))
 
 
 def _known_findings(known: Any) -> str:
@@ -219,8 +262,16 @@ def _known_findings(known: Any) -> str:
     not_seen = "".join(f"<li>{_e(f.get('invariant'))} under {_e(f.get('fault'))}@"
                        f"{_e(f.get('target'))}: {_e(f.get('reason'))}</li>"
                        for f in known.get("not_seen") or [] if isinstance(f, dict))
+    matched = "".join(f"<li>{_e(f.get('invariant'))} under {_e(f.get('fault'))}@"
+                      f"{_e(f.get('target'))}: {_e(f.get('violations'))} violation(s), "
+                      f"{_e(bounds_text(f), 300)}</li>"
+                      for f in known.get("matched") or [] if isinstance(f, dict))
+    beyond = [b for b in known.get("beyond") or [] if isinstance(b, dict)]
     return (f'<p class="small" id="known-findings">known findings: {_e(known.get("file"))} '
             f"({_e(known.get('chosen_by'))}), {len(known.get('matched') or [])} matched"
+            + (f", each within its bounds:<ul>{matched}</ul>" if matched else "")
+            + (f"; {len(beyond)} window(s) beyond a finding's bounds (new findings: see "
+               "the invariants)" if beyond else "")
             + (f"; listed but not seen although their fault was injected:<ul>{not_seen}</ul>"
                if not_seen else "") + "</p>")
 

@@ -43,6 +43,7 @@ from invariants import (
     Result,
     RunContext,
     StreamWellFormed,
+    UsageMatchesTokens,
 )
 from invariants.base import check_all
 from load.monitor import Monitor
@@ -55,7 +56,7 @@ from runs.run import unavailable_data
 
 FORMAT_VERSION = 1
 #: Consistency checkers judged after every step (issue 12: at least these).
-CHECKERS = (HealthTruthful, NoSilentLoss, StreamWellFormed)
+CHECKERS = (HealthTruthful, NoSilentLoss, StreamWellFormed, UsageMatchesTokens)
 #: Examples are short, so a stall of 4 s (not the default 10 s) already counts
 #: as a lie: a replica of the tiny model that makes progress moves its token
 #: counter every ~0.05 s here, and a hung or cut one does not answer /health.
@@ -188,6 +189,14 @@ def replay(run: Any, saved: SavedSchedule, after_heal_s: float = 5.0) -> list[Re
 
 def broken(results: Sequence[Result]) -> list[str]:
     return sorted(r.name for r in results if r.valid is False)
+
+
+def crashed(results: Sequence[Result]) -> list[str]:
+    """Checkers that could not judge because they crashed (``check_all``
+    turns a crash into "unknown" with the error): a harness failure, never
+    counted as a pass."""
+    return sorted(f"{r.name}: {r.details.get('error')}" for r in results
+                  if r.valid not in (True, False) and (r.details or {}).get("error"))
 
 
 # ---------------------------------------------------------- one example

@@ -34,7 +34,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from runs.explore import ExampleHarness, SavedSchedule, broken, make_clean, renumbered
+from runs.explore import ExampleHarness, SavedSchedule, broken, crashed, make_clean, renumbered
 
 #: (kind, replica index, params): one fault the machine may inject.
 FaultDraw = tuple[str, int, dict[str, Any]]
@@ -80,6 +80,9 @@ class Exploration:
     # finding of the schedule (the previous example's fault may still echo),
     # kept and reported, never shrunk as one.
     unattributed: list[dict[str, Any]] = field(default_factory=list)
+    # Checkers that could not judge an example: a crash at any step, or a
+    # final judgement (after the drain, with all the data) that is "unknown".
+    unjudged: list[dict[str, Any]] = field(default_factory=list)
 
     def live(self) -> bool:
         return time.monotonic() < self.deadline
@@ -154,13 +157,20 @@ class ExploreMachine(RuleBasedStateMachine):
     def consistent_so_far(self) -> None:
         if self.h is None or self.h.closed:
             return
-        bad = broken(self.h.check())
+        results = self.h.check()
+        self._unjudged(crashed(results))
+        bad = broken(results)
         if bad and not self.h.steps:
             self._unattributed(bad)
             return
         if bad:
             self.failed = bad
             found(bad, f"after {self.h.program}")
+
+    def _unjudged(self, what: list[str]) -> None:
+        if what:
+            type(self).ctx.unjudged.append({"example": self.h.history_path.name,
+                                            "checkers": what})
 
     def _unattributed(self, bad: list[str]) -> None:
         ctx = type(self).ctx
@@ -178,7 +188,10 @@ class ExploreMachine(RuleBasedStateMachine):
         ctx = type(self).ctx
         final: list[str] = []
         try:
-            final = broken(self.h.close())
+            results = self.h.close()
+            final = broken(results)
+            self._unjudged([f"{r.name}: {r.details.get('error') or r.details.get('why') or r.details}"
+                            for r in results if r.valid not in (True, False)])
         finally:
             restarted = make_clean(ctx.cluster, ctx.say)
             if restarted:
@@ -216,6 +229,23 @@ def machine_for(ctx: Exploration) -> type[ExploreMachine]:
     Machine.ctx = ctx
     Machine.__name__ = Machine.__qualname__ = "ExploreMachine"
     return Machine
+
+
+def judge_exploration(ctx: Exploration) -> list[str]:
+    """What fails an exploration besides a shrunk finding: no example ran
+    on the cluster (the budget bought nothing: a pass would be empty), an
+    example broke an invariant before any fault (the stack is broken under
+    this load alone), a checker could not judge an example. Empty: nothing."""
+    problems = []
+    if ctx.examples == 0:
+        problems.append("no example ran on the cluster: nothing was explored (give a larger "
+                        "--explore-budget; one example needs about 30 s here)")
+    for u in ctx.unattributed:
+        problems.append(f"{u['example']} broke {u['broke']} before any fault was injected "
+                        f"(program {u['program']}): the stack fails under the load alone")
+    for u in ctx.unjudged:
+        problems.append(f"{u['example']}: could not judge {u['checkers']}")
+    return problems
 
 
 def smallest(failures: list[SavedSchedule]) -> SavedSchedule:

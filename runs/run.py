@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import random
 import time
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -26,6 +27,8 @@ from faults.schedule import Step
 from invariants import CheckerSettings, Result, RunContext
 from invariants.base import check_all
 from invariants.known import KnownFindings
+from invariants.planted import PLANTED, with_planted
+from invariants.requests import RequestPairer, Timeline
 from load.health_probe import HealthProbe
 from load.monitor import Monitor
 from load.router_watch import DEFAULT_GRACE_S, RouterGone, RouterWatch
@@ -34,13 +37,14 @@ from load.workers import run_in_workers
 from load.workload import WorkloadRunner, WorkloadSpec, describe_spec, spec_to_dict
 from load.workload_file import WorkloadFile
 from ordeal.config import ConfigError
-from ordeal.history.ops import MONITOR, NEMESIS, Op, utc_iso
+from ordeal.history.ops import HARNESS, MONITOR, NEMESIS, Op, utc_iso
 from ordeal.history.reader import read_history
 from ordeal.history.writer import History
 from reports.findings import findings_of
 from reports.html import render_report
 from reports.run_dir import RunDir
 from reports.summary import build_summary
+from runs.floors import TrafficCount, judge_floors
 
 
 @dataclasses.dataclass
@@ -71,6 +75,79 @@ def verdicts_allowed(summary: dict[str, Any]) -> tuple[str, ...]:
     if any(not_judged(i) for i in summary.get("invariants", [])):
         return ("pass", "unknown")
     return ("pass",)
+
+
+def verdict_problems(summary: dict[str, Any]) -> list[str]:
+    """Why a suite must not accept this run's verdict: one line per
+    invariant that is false and not a known finding (with its first
+    counterexample), per invariant that is "unknown" for a reason other
+    than a cluster that cannot give its data, and per harness error; empty
+    when the verdict is one ``verdicts_allowed`` accepts. Every suite that
+    runs a cluster ends with ``assert_verdict``: a suite that judges only
+    its fault's effect lets a stack that answers wrong, loses or repeats
+    requests pass."""
+    problems = []
+    for i in summary.get("invariants", []):
+        if i.get("valid") is False and not i.get("known"):
+            examples = i.get("counterexamples") or []
+            first = json.dumps(examples[0], default=str)[:400] if examples else "none listed"
+            problems.append(f"{i.get('name')}: false (new finding); {len(examples)} "
+                            f"counterexample(s), first: {first}")
+        elif i.get("valid") not in (True, False) and not not_judged(i):
+            why = json.dumps(i.get("details") or {}, default=str)[:300]
+            problems.append(f"{i.get('name')}: unknown (could not be judged): {why}")
+    for error in summary.get("errors") or []:
+        problems.append(f"harness error: {str(error)[:300]}")
+    if not problems and summary.get("verdict") not in verdicts_allowed(summary):
+        problems.append(f"verdict {summary.get('verdict')!r}")
+    return problems
+
+
+def assert_verdict(summary: dict[str, Any]) -> None:
+    """Fail the calling test with ``verdict_problems``: which invariant and
+    its counterexample, and where the run's files are."""
+    problems = verdict_problems(summary)
+    if problems:
+        where = summary.get("run_id", "?")
+        raise AssertionError(f"run {where}: verdict {summary.get('verdict')!r}, not accepted:\n  "
+                             + "\n  ".join(problems)
+                             + f"\n(see reports/runs/{where}/summary.json and report.html)")
+
+
+def count_traffic(count: TrafficCount, pairer: RequestPairer, op: Op) -> None:
+    """One op into the run's traffic count (``runs.floors``): invokes in
+    all and per fault window while the fault is in place (its inject ended,
+    its heal not begun), completed requests by whether a fault could have
+    touched them."""
+    timeline = pairer.timeline
+    if op.process in HARNESS:
+        before = {w.label: w for w in timeline.faults.open.values()}
+        pairer.feed(op)
+        for w in before.values():  # a window whose fault left its place now
+            if w.injected_ns is not None and (w.heal_begin_ns is not None or w.end_ns is not None):
+                until = w.heal_begin_ns if w.heal_begin_ns is not None else w.end_ns
+                entry = count.windows.setdefault(w.label, [0, 0.0])
+                entry[1] = max(0.0, (until - w.injected_ns) / 1e9)
+        return
+    if op.type == "invoke":
+        count.invoked += 1
+        for w in timeline.faults.open.values():
+            if w.injected_ns is not None and w.heal_begin_ns is None:
+                count.windows.setdefault(w.label, [0, 0.0])[0] += 1
+    req = pairer.feed(op)
+    if req is None:
+        return
+    if req.done.type == "ok":
+        count.ok += 1
+    if req.phase != "fault":
+        count.untouched += 1
+        count.untouched_ok += req.done.type == "ok"
+
+
+#: What the engine's own consistency check needs of a cluster: which
+#: replica answered (the client's count per node) and whether it restarted
+#: (its counters began again). An external deployment gives neither.
+ENGINE_CONSISTENCY_NEEDS = ("node_attribution", "process_tree")
 
 
 class OrdealRun:
@@ -107,6 +184,8 @@ class OrdealRun:
         self.load_loop = "auto"
         self.schedule: list[dict[str, Any]] = []
         self.summary_extra: dict[str, Any] = {}  # keys a suite adds to summary.json
+        # The traffic floors of the last check (runs/floors.py), in summary.json.
+        self.floors: dict[str, Any] = {}
         # Why the run stopped before its end (the router died for good), or
         # None; summary.json's "stopped", and one of its errors.
         self.stop_reason: str | None = None
@@ -323,27 +402,39 @@ class OrdealRun:
                          settings=self.checker_settings if settings is None else settings,
                          unavailable=unavailable_data(self.cluster))
         chosen = checkers if checkers is not None else self.engine.checkers()
+        if checkers is None and any(w.kind in PLANTED for w in self.windows):
+            # A fault that corrupts answers on purpose (lsn_jump) is judged as
+            # detection, the rest of the history as usual (invariants/planted.py).
+            chosen = with_planted(chosen)
         damaged: list[str] = []
         counts = ClientCounts()
+
+        traffic = TrafficCount()
+        pairer = RequestPairer(Timeline(ctx.settings.slo.after_heal_s, ctx.settings.warmup_s))
 
         def counted(ops: Iterable[Op]) -> Iterator[Op]:
             for op in ops:  # the client's side, for the engine's own check below
                 if op.type in ("ok", "fail", "info") and op.process not in (NEMESIS, MONITOR):
                     counts.add(op, op.f)
+                count_traffic(traffic, pairer, op)
                 yield op
 
         ops = read_history(self.run_dir.history_path, on_error=damaged.append)
         self.results = check_all(chosen, counted(ops), ctx)  # one pass for every checker
         self.errors.extend(damaged)
         if checkers is None and self.cluster is not None and hasattr(self.cluster, "replicas"):
+            # An invariant like the others: when it cannot be judged here
+            # (every replica restarted, statistics unreadable) it is
+            # "unknown" with why, in the verdict, never left out.
             judged = self._engine_consistency(counts)
-            # Judged: an invariant like the others. Not judgeable here (every
-            # replica restarted, statistics unreadable): reported in the
-            # summary with why, and left out of the verdict.
-            if judged.valid == "unknown":
-                self.summary_extra["engine_consistency"] = judged.to_dict()
-            else:
-                self.results.append(judged)
+            missing = {k: why for k, why in ctx.unavailable.items()
+                       if k in ENGINE_CONSISTENCY_NEEDS}
+            if judged.valid == "unknown" and missing:  # a cluster that cannot give the data
+                judged.details["not_judgeable"] = missing
+            self.results.append(judged)
+            floor, self.floors = judge_floors(self.workload, traffic,
+                                              ctx.settings.slo.max_error_rate)
+            self.results.append(floor)
         return self.results
 
     def _engine_consistency(self, counts: ClientCounts) -> Result:
@@ -372,14 +463,15 @@ class OrdealRun:
         faults = [w.to_dict() for w in self.windows]
         if self.known_findings is not None:
             self.summary_extra["known_findings"] = self.known_findings.apply(invariants, faults)
+        ended, duration_s = utc_iso(), time.monotonic() - self._t0  # this harness's segment
         self.summary = build_summary(
-            run_id=self.run_id, suite=self.suite, started=self.started, ended=utc_iso(),
+            run_id=self.run_id, suite=self.suite, started=self.started, ended=ended,
             cluster=self.cluster.describe() if self.cluster else {},
             counts=self.history.counts, nemesis_counts=self.history.nemesis_counts,
             faults=faults, invariants=invariants,
             workload=spec_to_dict(self.workload) if self.workload else {},
-            errors=self.errors, schedule=self.schedule,
-            duration_s=time.monotonic() - self._t0)
+            errors=self.errors, schedule=self.schedule, duration_s=duration_s,
+            segments=self.history.segments(self.started, ended, duration_s))
         self.summary["stopped"] = self.stop_reason
         self.summary["load_workers"] = getattr(self, "load_workers", 1)
         launcher = getattr(self, "load_launcher", None)
@@ -396,6 +488,7 @@ class OrdealRun:
                 "set_by_file": sorted(self.workload_file.overrides)}
         self.summary["settings"] = dataclasses.asdict(self.judged_settings
                                                       or self.checker_settings)
+        self.summary["floors"] = self.floors
         self.summary.update(self.summary_extra)
         self.summary["findings"] = findings_of(self.summary)
         self.run_dir.write_summary(self.summary)

@@ -26,7 +26,7 @@ from invariants.requests import STEADY, WARMUP, Request, RequestPairer, Timeline
 from load.workload import WorkloadSpec
 from ordeal.history.ops import MONITOR
 from ordeal.history.reader import read_history
-from runs.run import OrdealRun
+from runs.run import OrdealRun, assert_verdict
 
 #: ``hold`` is the part of ``fault`` where the fault alone acted: requests
 #: invoked after the inject took effect (its end op) that ended before the
@@ -81,17 +81,26 @@ class FaultRun:
     def brief(self) -> dict[str, Any]:
         return {k: v.brief() for k, v in self.phases.items()}
 
+    def assert_verdict(self) -> None:
+        """Fail unless the run's whole verdict is accepted (``runs.run.
+        assert_verdict``: known findings applied, every invariant judged):
+        the fault's effect and recovery are what the suite asserts itself;
+        a stack that answered wrong, lost or repeated a request in the
+        same run must fail too."""
+        assert_verdict(self.summary)
+
     @property
     def effect(self) -> dict[str, Any]:
         """fault_effective's judgement of this run's fault: ``took_effect``
         when every window showed its effect in the system's state (the
-        heal's observation; clock_drift: the answers' clock) or is of a
-        kind with no observation (``not_observable``: Triton's sequence
-        jump), with the details and counterexamples that say what was seen."""
+        heal's observation; clock_drift: the node's clock) or is of a kind
+        the target file trusts without evidence (``trusted``), with the
+        details and counterexamples that say what was seen. A window with
+        no evidence (``not_observable``) did not show its effect."""
         found = [i for i in self.summary.get("invariants", [])
                  if i.get("name") == "fault_effective"]
         d = found[0].get("details", {}) if found else {}
-        seen = d.get("effective", 0) + d.get("not_observable", 0)
+        seen = d.get("effective", 0) + d.get("trusted", 0)
         return {"took_effect": bool(d.get("windows")) and seen == d.get("windows"),
                 "details": d, "counterexamples": found[0].get("counterexamples") if found else None}
 

@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 
 from ordeal.config import ConfigError, parse_duration
-from runs.explore import broken, load_schedule, replay, save_schedule
-from runs.explore_machine import Exploration, explore, smallest
+from runs.explore import broken, crashed, load_schedule, replay, save_schedule
+from runs.explore_machine import Exploration, explore, judge_exploration, smallest
 
 pytestmark = [pytest.mark.explore, pytest.mark.cluster]
 
@@ -56,12 +56,18 @@ def test_explore_fault_schedules(request, ordeal_cluster, ordeal_run, ordeal_say
     ordeal_say(f"explore: {ctx.examples} example(s) on the cluster, {len(ctx.failures)} "
                f"failing, budget {budget_s:.0f}s")
     ordeal_run.summary_extra["explore_unattributed"] = ctx.unattributed
+    ordeal_run.summary_extra["explore_unjudged"] = ctx.unjudged
     if ctx.unattributed:
         ordeal_say(f"explore: {len(ctx.unattributed)} example(s) broke an invariant before any "
                    f"fault (summary explore_unattributed): {ctx.unattributed}")
+    # Broken before any fault, nothing explored, a checker that could not
+    # judge: each fails the exploration, as a shrunk finding does.
+    problems = judge_exploration(ctx)
     if not ctx.failures:
         if outcome is not None:
             raise outcome  # a harness error, not a finding
+        if problems:
+            pytest.fail("explore: " + "; ".join(problems), pytrace=False)
         return
     minimal = smallest(ctx.failures)
     path = save_schedule(run_dir / "minimal-schedule.json", minimal)
@@ -70,7 +76,7 @@ def test_explore_fault_schedules(request, ordeal_cluster, ordeal_run, ordeal_say
     request.node.user_properties.append(("explore.minimal_schedule", str(path)))
     pytest.fail(f"invariant(s) {minimal.broke} false; minimal schedule of "
                 f"{len(minimal.steps)} step(s) saved to {path}; replay it with "
-                f"--replay {path}", pytrace=False)
+                f"--replay {path}" + "".join(f"; {p}" for p in problems), pytrace=False)
 
 
 def test_replay_schedule(request, ordeal_run, ordeal_say):
@@ -85,3 +91,4 @@ def test_replay_schedule(request, ordeal_run, ordeal_say):
     bad = broken(results)
     ordeal_say(f"replay: false now: {bad or 'none'}")
     assert not bad, [r.to_dict() for r in results if r.valid is False]
+    assert not crashed(results), crashed(results)  # could not judge: not a pass

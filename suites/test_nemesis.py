@@ -27,6 +27,17 @@ TOLERABLE = [
 ]
 
 
+#: Each fault is held longer than the shipped known finding's bound on the
+#: router's ejection (9 s, suites/known_findings): a router that never
+#: ejects a paused or cut replica keeps sending to it for the whole hold,
+#: beyond that bound, and fails the smoke as a new finding; one that ejects
+#: in about 6 s, as vllm-router does, is within it.
+HOLD_S = (9.5, 11.0)
+QUIET_S = (3.0, 5.0)
+#: Three faults of at most 5 + 11 s each, then the 12 s tail.
+MIN_DURATION_S = 66.0
+
+
 def smoke_schedule(duration_s: float, seed: int, cannot: dict[str, str],
                    links: tuple[str, ...] = ("router-replica-0",)
                    ) -> tuple[list[Step], list[FaultChoice], dict[str, str]]:
@@ -41,13 +52,13 @@ def smoke_schedule(duration_s: float, seed: int, cannot: dict[str, str],
     kept, left = leave_out(choices, cannot)
     if not kept:
         return [], kept, left
-    steps = plan_schedule(kept, duration_s, seed, quiet_s=(4, 8), hold_s=(5, 10), tail_s=12,
+    steps = plan_schedule(kept, duration_s, seed, quiet_s=QUIET_S, hold_s=HOLD_S, tail_s=12,
                           cycle=True)
     return steps, kept, left
 
 
 def test_seeded_schedule_of_tolerable_faults(ordeal_config, ordeal_unrunnable_kinds, ordeal_run):
-    duration = max(60.0, ordeal_config.load_duration_s)
+    duration = max(MIN_DURATION_S, ordeal_config.load_duration_s)
     links = tuple(x.name for x in ordeal_run.cluster.links)
     steps, kept, left = smoke_schedule(duration, ordeal_config.seed, ordeal_unrunnable_kinds,
                                        links)
@@ -73,8 +84,12 @@ def test_seeded_schedule_of_tolerable_faults(ordeal_config, ordeal_unrunnable_ki
     # pytest-xdist worker's live faults share the ledger, and are its own).
     mine = [e for e in Ledger().pending() if isinstance(e, str) or e.run_id == ordeal_run.run_id]
     assert mine == []
-    # At least 60% of what the workload (the suite's, or --workload's) plans.
-    assert summary["ops"]["invoked"] >= ordeal_run.expected_requests(0.6), summary["ops"]
+    # What the workload (the suite's, or --workload's) plans: the floors
+    # summary.json states (runs/floors.py); traffic_floor judges the
+    # windows' share in the verdict.
+    floors = summary["floors"]
+    assert summary["ops"]["invoked"] >= floors["invoked_min"] > 0, floors
+    assert floors["untouched_ok"] >= floors["ok_min"] > 0, floors
     assert {i["name"] for i in summary["invariants"]} >= {r.name for r in results}
     for i in summary["invariants"]:
         # Valid, or a failure the known-findings file lists (--known-findings;

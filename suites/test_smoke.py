@@ -69,9 +69,13 @@ def test_kill_and_restart_one_replica_under_load(ordeal_run, ordeal_config, orde
     if not external:  # Ordeal's replicas name themselves (x-ordeal-node)
         assert answer["node"] == victim.name, answer
 
-    # Enough real traffic, served by the real engine, judged valid.
-    assert summary["ops"]["invoked"] >= ordeal_run.expected_requests(0.6), summary["ops"]
-    assert summary["ops"]["ok"] >= summary["ops"]["invoked"] // 2, summary["ops"]
+    # Enough real traffic, served by the real engine, judged valid. The
+    # floors come from the plan (runs/floors.py) and summary.json states
+    # them: the invokes the seeded plan meant to send, and every request
+    # no fault window held answered, less the steady error budget.
+    floors = summary["floors"]
+    assert summary["ops"]["invoked"] >= floors["invoked_min"] > 0, floors
+    assert floors["untouched_ok"] >= floors["ok_min"] > 0, floors
     assert summary["cluster"]["engine"] == ordeal_config.cluster.engine == engine.name
     for node in summary["cluster"]["nodes"]:
         if external and node["role"] == "router":

@@ -107,6 +107,12 @@ def test_a_killed_endurance_run_resumes_and_covers_both_halves(tmp_path, ordeal_
     sec = summary["endurance"]
     assert len(sec["segments"]) == 2 and len(sec["gaps"]) == 1, sec
     assert sec["segments"][1]["position_s"] > 60, sec["segments"]
+    # The summary's timing is the whole run's (issue 39, item 11), not the second half's.
+    segs = summary["segments"]
+    assert len(segs) == 2 and segs[1]["resumed_from_gap"]["down_s"] == gap.value["down_s"], segs
+    assert summary["started"] == segs[0]["started"] < segs[1]["started"], segs
+    assert segs[0]["duration_s"] > 60 and summary["duration_s"] == round(
+        segs[0]["duration_s"] + segs[1]["duration_s"], 3), (summary["duration_s"], segs)
 
     # No op lost or counted twice: every invoke has exactly one completion,
     # the requests cut by the kill end as info at the gap, and the summary's

@@ -302,7 +302,9 @@ def test_garbage_output_is_recorded_not_fatal_and_the_key_is_scrubbed(tmp_path, 
     hook = Hook("process_pause", "*",
                 "head -c 64 /dev/urandom; printf '\\377\\376'; echo key=$ORDEAL_TEST_API_KEY",
                 "true", 5.0)
-    fault = HookFault(idle_node(), "run-x", ledger, hook, secret_envs=("ORDEAL_TEST_API_KEY",))
+    # A hook sees only the variables its target file names (hook_env).
+    fault = HookFault(idle_node(), "run-x", ledger, hook, secret_envs=("ORDEAL_TEST_API_KEY",),
+                      hook_env=("ORDEAL_TEST_API_KEY",))
     done = fault.inject()
     out = done["inject_hook"]["output"]
     assert "key=<redacted>" in out and SECRET not in out, out

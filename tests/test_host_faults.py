@@ -164,6 +164,9 @@ def test_clock_offset_moves_created_and_heal_brings_it_back(replica, tmp_path):
     finally:
         healed = fault.heal()
     assert healed["spec"] == NEUTRAL and read_clock(replica.clock_file) == NEUTRAL
+    # The heal's own probe read the replica's moved clock (GET /v1/models' created).
+    probe = healed["effect"]["evidence"]["probe"]
+    assert healed["effect"]["effective"] is True and abs(probe["skew_s"] - 3600) <= 2, probe
     after, back_after = wait_skew(replica, lambda s: abs(s) <= s.tol)
     assert ledger.pending() == []
     figures("clock_drift offset", skew_before_s=round(before, 2), skew_during_s=round(during, 2),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from faults.catalogue import BACKEND_KINDS, CAP_BITS, KINDS, REGISTRY, unrunnable_kinds
 from faults.schedule import is_healed_at_end, plan_schedule
-from suites.test_nemesis import TOLERABLE, smoke_schedule
+from suites.test_nemesis import HOLD_S, QUIET_S, TOLERABLE, smoke_schedule
 
 REPO = Path(__file__).resolve().parent.parent
 ROOT_KINDS = {"network_partition", "packet_loss", "gpu_throttle"}
@@ -70,7 +70,7 @@ def test_the_nemesis_smoke_leaves_out_what_cannot_run_and_keeps_its_schedule():
     # As root, the schedule is the one it always was.
     root_steps, _, none_left = smoke_schedule(60.0, 0, unrunnable_kinds(0, "cpu"))
     assert none_left == {} and root_steps == plan_schedule(
-        TOLERABLE, 60.0, 0, quiet_s=(4, 8), hold_s=(5, 10), tail_s=12, cycle=True)
+        TOLERABLE, 60.0, 0, quiet_s=QUIET_S, hold_s=HOLD_S, tail_s=12, cycle=True)
 
 
 def test_the_session_start_names_each_kind_that_will_not_run(tmp_path):

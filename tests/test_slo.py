@@ -31,8 +31,9 @@ class H:
         self.ops.append(Op(len(self.ops), int((t + dur) * S), "w", type, self.proc,
                            "completions", value, None if type == "ok" else "boom"))
 
-    def fault(self, t_inject, t_heal_end, ready_after=None, heal_error=None):
-        v = {"kind": "process_kill", "target": "replica-1"}
+    def fault(self, t_inject, t_heal_end, ready_after=None, heal_error=None,
+              kind="process_kill", target="replica-1"):
+        v = {"kind": kind, "target": target}
         self._op(t_inject, "info", "nemesis", "inject", {**v, "phase": "begin"})
         self._op(t_inject + 0.01, "info", "nemesis", "inject", {**v, "phase": "end"})
         self._op(t_heal_end - 0.5, "info", "nemesis", "heal", {**v, "phase": "begin"})
@@ -116,6 +117,25 @@ def test_planted_outage_during_a_fault_is_caught():
         h.req(1.1 + i * 0.1, type="fail" if i < 15 else "ok")
     r = Availability().check(h.sorted(), ctx())
     assert r.valid is False and r.details["below"] == ["process_kill@replica-1#1"]
+
+
+def test_an_outage_of_the_entrypoint_is_shown_not_judged_a_replica_s_still_is():
+    """A reset of the client's only link fails every request whatever the
+    cluster does: shown, not judged. The same outage on a replica, in the
+    same run, still fails availability."""
+    h = H()
+    h.req(0)
+    h.fault(1, 5, kind="connection_reset", target="client-router")
+    for i in range(20):
+        h.req(1.1 + i * 0.1, type="info")
+    r = Availability().check(h.sorted(), ctx())
+    assert r.valid is True, r
+    assert r.details["not_judged"]["windows"] == ["connection_reset@client-router#1"]
+    h.fault(6, 10)
+    for i in range(20):
+        h.req(6.1 + i * 0.1, type="fail" if i < 15 else "ok")
+    r = Availability().check(h.sorted(), ctx())
+    assert r.valid is False and r.details["below"] == ["process_kill@replica-1#1"], r
 
 
 def test_slow_recovery_is_caught_and_timed():

@@ -129,6 +129,12 @@ class Resumed:
     chunks: int = 0  # sealed chunks in the file after the resume
     time_offset_ns: int = 0  # added to time.monotonic_ns() so time_ns never goes back
     problems: list[str] = field(default_factory=list)  # every damage found, as reported
+    # The segments the file already holds (one per harness that wrote it,
+    # split at its ``monitor``/``gap`` ops), each as ``History.segments``
+    # lists them: what a summary reports of the harnesses before this one.
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    # ``record_gap``'s gap (from, to, down_s): what this segment resumed from.
+    gap: dict[str, Any] | None = None
 
 
 class History:
@@ -161,7 +167,7 @@ class History:
                                    "continues it, or give a new path")
             header = _dumps({"chunk": -1, HEADER_KEY: FORMAT_VERSION,
                              "chunk_max_ops": chunk_max_ops, "chunk_max_bytes": chunk_max_bytes,
-                             "created": utc_iso()})
+                             "created": utc_iso(), "created_time_ns": time.monotonic_ns()})
             _write_all(f, header)
         except BaseException:
             f.close()
@@ -401,9 +407,15 @@ class History:
         open_invokes: dict[Any, Op] = {}  # bounded by what was in flight
         max_index = -1
         last: Op | None = None
+        seg_start: Op | None = None  # the gap op that began the segment being read
+        seg_first: Op | None = None  # the first op of the file (segment 0's start)
         reader = _Reader(p, report, on_note=lambda _msg: None)
         for op in reader.ops():
             r.ops += 1
+            if op.process == MONITOR and op.f == "gap":  # a harness died before this op
+                r.segments.append(_segment(reader.header, seg_start, seg_first, last))
+                seg_start = op
+            seg_first = seg_first or op
             last = op
             max_index = max(max_index, op.index)
             if op.process == NEMESIS:
@@ -419,6 +431,7 @@ class History:
         if reader.header is None:
             raise HistoryError(f"{p}: its first line is not a history header: it cannot be "
                                "resumed; start a new history")
+        r.segments.append(_segment(reader.header, seg_start, seg_first, last))
         r.rejected_chunks = reader.rejected
         max_ops = _positive(reader.header.get("chunk_max_ops"), DEFAULT_CHUNK_OPS)
         max_bytes = _positive(reader.header.get("chunk_max_bytes"), DEFAULT_CHUNK_BYTES)
@@ -520,7 +533,61 @@ class History:
                         {**value, "invoke_index": inv.index, "gap": True}, GAP_ERROR)
         if open_invokes is None:
             r.open_invokes = []
+        if self.resumed is not None:
+            self.resumed.gap = _gap_of(gap)
         return gap
+
+    def segments(self, started: str, ended: str, duration_s: float | None) -> list[dict[str, Any]]:
+        """The run's segments, one per harness that wrote this history, in
+        order: ``{started, ended, duration_s}``, and ``resumed_from_gap``
+        (``from``, ``to``, ``down_s``: the gap op ``record_gap`` wrote) on
+        each after the first. Those before this harness come from the file
+        (``resumed.segments``): a SIGKILLed harness wrote no summary, and the
+        history is what survives it. The last is this harness's own, as its
+        caller measured it (``started`` .. ``ended``, ``duration_s``).
+
+        An earlier segment runs from its start (the header's ``created``
+        for the first, its gap op for a later one) to its last op, and its
+        ``duration_s`` is measured on the ops' ``time_ns`` (monotonic,
+        continued across a resume): the last op is the last moment the
+        history can show that harness alive."""
+        current: dict[str, Any] = {"started": started, "ended": ended,
+                                   "duration_s": None if duration_s is None
+                                   else round(max(0.0, duration_s), 3)}
+        r = self.resumed
+        if r is None:
+            return [current]
+        if r.gap is not None:
+            current["resumed_from_gap"] = dict(r.gap)
+        return [dict(s) for s in r.segments] + [current]
+
+
+def _gap_of(op: Op) -> dict[str, Any]:
+    """A gap op as a segment's ``resumed_from_gap``."""
+    return {"from": op.value.get("from"), "to": op.value.get("to") or op.wall,
+            "down_s": op.value.get("down_s")}
+
+
+def _segment(header: dict[str, Any] | None, start: Op | None, first: Op | None,
+             last: Op | None) -> dict[str, Any]:
+    """A segment already in the file: from ``start`` (its gap op; None: the
+    file's first segment, which starts at the header's ``created``, or at
+    its ``first`` op in a header of before ``created_time_ns``) to ``last``,
+    its last op."""
+    header = header or {}
+    if start is not None:
+        wall, ns = start.value.get("to") or start.wall, start.time_ns
+    else:
+        created_ns = header.get("created_time_ns")
+        wall = header.get("created") or (first.wall if first else None)
+        ns = created_ns if isinstance(created_ns, int) else (first.time_ns if first else None)
+    seg: dict[str, Any] = {
+        "started": wall, "ended": last.wall if last is not None else wall,
+        "duration_s": (round(max(0, last.time_ns - ns) / 1e9, 3)
+                       if last is not None and ns is not None else 0.0)}
+    if start is not None:
+        seg["resumed_from_gap"] = _gap_of(start)
+    return seg
 
 
 def _open_locked(p: Path) -> Any:

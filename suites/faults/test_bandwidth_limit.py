@@ -19,3 +19,4 @@ def test_transfers_slow_down_while_injected_and_recover(ordeal_run):
     assert after.p("e2e_ms") <= 2 * steady.p("e2e_ms") + 200, r.brief()
     assert after.ok_share == 1.0, r.brief()
     assert fault.types["fail"] == 0, r.brief()  # slow is not broken: every answer whole
+    r.assert_verdict()  # the whole verdict, known findings applied

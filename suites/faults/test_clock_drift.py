@@ -21,3 +21,4 @@ def test_replica_clock_moves_while_injected_and_returns_after_heal(ordeal_run):
     assert abs(after.median_skew("replica-1")) <= 3, r.brief()
     # A wrong wall clock must not break serving: vLLM times on monotonic clocks.
     assert fault.ok_share == after.ok_share == 1.0, r.brief()
+    r.assert_verdict()  # the whole verdict, known findings applied

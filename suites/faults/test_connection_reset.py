@@ -21,3 +21,4 @@ def test_resets_are_seen_by_clients_and_stop_after_heal(ordeal_run):
     assert after.requests >= 10 and after.ok_share == 1.0, r.brief()
     # Requests invoked just before the inject may be reset in flight.
     assert steady.ok_share >= 0.9, r.brief()
+    r.assert_verdict()  # the whole verdict, known findings applied

@@ -33,3 +33,4 @@ def test_memory_is_taken_while_injected_and_returned_after_heal(ordeal_run):
         assert healed["memory_back_mb"] >= healed["memory_held_mb"] / 2, healed
     assert fault.requests >= 10 and fault.nodes["replica-1"] >= 1, r.brief()
     assert after.ok_share == 1.0, r.brief()
+    r.assert_verdict()  # the whole verdict, known findings applied

@@ -29,3 +29,4 @@ def test_throttled_replica_slows_down_and_recovers(ordeal_run):
     assert slow >= 1.5 * other, (slow, other)  # the target, not the whole machine
     assert back <= 1.5 * base + 50, (back, base)
     assert after.ok_share == 1.0, r.brief()
+    r.assert_verdict()  # the whole verdict, known findings applied

@@ -25,3 +25,4 @@ def test_aborts_with_503_are_seen_and_stop_after_heal(ordeal_run):
     assert after.requests >= 10 and after.ok_share == 1.0, r.brief()
     # A 5xx is an unknown outcome (info), never silently ok.
     assert fault.types["info"] == fault.statuses["503"], r.brief()
+    r.assert_verdict()  # the whole verdict, known findings applied

@@ -17,3 +17,4 @@ def test_latency_is_seen_while_injected_and_gone_after_heal(ordeal_run):
     assert fault.p("ttft_ms") >= steady.p("ttft_ms") + 300, r.brief()
     assert after.p("ttft_ms") <= steady.p("ttft_ms") + 150, r.brief()
     assert fault.ok_share == after.ok_share == 1.0, r.brief()  # slow, not broken
+    r.assert_verdict()  # the whole verdict, known findings applied

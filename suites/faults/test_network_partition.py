@@ -25,3 +25,4 @@ def test_partitioned_replica_leaves_rotation_and_returns(ordeal_run):
     judged = {i["name"]: i for i in r.summary["invariants"]}
     for name in ("failover", "fault_slo"):
         assert judged[name]["valid"] is True or judged[name].get("known"), judged[name]
+    r.assert_verdict()  # the whole verdict, known findings applied

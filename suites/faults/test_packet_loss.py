@@ -26,3 +26,4 @@ def test_packets_are_really_dropped_and_the_loss_stops_after_heal(ordeal_run):
     assert heal["chain"] not in [c.name for c in iptables.list_chains()], heal
     assert fault.requests >= 10 and after.ok_share == 1.0, r.brief()
     assert after.nodes["replica-1"] >= 1, r.brief()
+    r.assert_verdict()  # the whole verdict, known findings applied

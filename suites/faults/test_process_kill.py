@@ -22,6 +22,7 @@ def test_killed_replica_is_gone_then_restarted_and_serving(ordeal_run):
     assert after.nodes["replica-1"] >= 1 and after.ok_share == 1.0, r.brief()
     # Requests cut by the kill count in the fault window, not as steady errors.
     assert r.phases["steady"].ok_share == 1.0, r.brief()
+    r.assert_verdict()  # the whole verdict, known findings applied
 
 
 @pytest.mark.parametrize("scope", ["engine_core", "api_server"])
@@ -46,6 +47,7 @@ def test_one_process_killed_alone_takes_its_node_down_and_leaves_no_orphan(ordea
     assert orphans["details"]["checked"] == 1, orphans
     # Valid, or an orphan the known-findings file lists for this stack.
     assert orphans["valid"] is True or orphans.get("known"), orphans
+    r.assert_verdict()  # the whole verdict, known findings applied
 
 
 def test_long_streams_cut_by_a_kill_end_with_their_cause(ordeal_run):
@@ -66,3 +68,4 @@ def test_long_streams_cut_by_a_kill_end_with_their_cause(ordeal_run):
     assert sc["valid"] is True, sc
     after = r.phases["after_heal"]
     assert after.nodes["replica-1"] >= 1 and after.ok_share == 1.0, r.brief()
+    r.assert_verdict()  # the whole verdict, known findings applied

@@ -24,3 +24,4 @@ def test_paused_replica_is_seen_hung_and_serves_after_heal(ordeal_run):
     assert window["ejection_s"] is not None and "readmission_s" in window, window
     for name in ("failover", "fault_slo"):
         assert judged[name]["valid"] is True or judged[name].get("known"), judged[name]
+    r.assert_verdict()  # the whole verdict, known findings applied

@@ -27,3 +27,4 @@ def test_lost_node_s_replicas_are_rescheduled_and_serve_again(ordeal_run):
     assert all(after.health[name]["200"] >= 1 for name in lost), r.brief()
     assert after.ok_share == 1.0 and all(after.nodes[name] >= 1 for name in lost), r.brief()
     assert r.phases["steady"].ok_share == 1.0, r.brief()
+    r.assert_verdict()  # the whole verdict, known findings applied

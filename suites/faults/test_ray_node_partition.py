@@ -29,3 +29,4 @@ def test_partitioned_node_is_declared_dead_yet_its_engines_serve_then_heal(ordea
     assert all(hold.nodes[name] >= 1 for name in cut), r.brief()
     assert after.ok_share == 1.0 and all(after.nodes[name] >= 1 for name in cut), r.brief()
     assert steady.ok_share == 1.0, r.brief()
+    r.assert_verdict()  # the whole verdict, known findings applied

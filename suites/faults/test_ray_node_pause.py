@@ -24,3 +24,4 @@ def test_paused_node_s_replicas_stall_then_move_and_serve(ordeal_run):
     assert any(fault.health[name]["None"] >= 1 for name in paused), r.brief()
     assert after.ok_share == 1.0 and all(after.nodes[name] >= 1 for name in paused), r.brief()
     assert r.phases["steady"].ok_share == 1.0, r.brief()
+    r.assert_verdict()  # the whole verdict, known findings applied

@@ -18,6 +18,7 @@ from . import (  # noqa: F401
     sse_duplicate,
     sse_error_event,
     sse_reorder,
+    sse_rewrite_text,
     timeout,
     truncate_body,
 )
