@@ -52,8 +52,12 @@ def read_budget(path: Path = BUDGET) -> dict[str, float]:
 
 
 def budget_of(node: str, budget: dict[str, float]) -> float | None:
-    """A test's figure: its own node id, or its id without parameters."""
-    return budget.get(node, budget.get(node.split("[", 1)[0]))
+    """A test's figure: its own node id, its id without parameters, or its
+    file's (a figure for every test of the file)."""
+    for key in (node, node.split("[", 1)[0], node.split("::", 1)[0]):
+        if key in budget:
+            return budget[key]
+    return None
 
 
 def report(out_dir: Path) -> str:

@@ -125,6 +125,13 @@ class DockerNode:
     def is_running(self) -> bool:
         return bool(self._state().get("Running"))
 
+    @property
+    def starts(self) -> str | None:
+        """When the container last started (the engine's ``StartedAt``): a
+        restart changes it, so the engine's counters are compared only
+        across one start (engines.vllm.adapter.node_starts)."""
+        return self._state().get("StartedAt") or None
+
     def exit_code(self) -> int | None:
         state = self._state()
         return None if state.get("Running") else state.get("ExitCode")

@@ -63,7 +63,12 @@ OUTPUT_CHARS = 4000
 #: What a hook gets of the harness's environment besides the variables its
 #: target file names (``hook_env``) and Ordeal's labels: enough for a shell
 #: and its tools, and no secret.
-BASE_ENV = ("PATH", "HOME", "LANG")
+BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "USER", "LOGNAME", "SHELL", "TMPDIR", "TZ",
+            # where the tools a hook calls find their servers (kubectl in a pod,
+            # docker, ssh), and the machine's proxies: addresses, not secrets
+            "KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "DOCKER_HOST",
+            "XDG_RUNTIME_DIR", "SSH_AUTH_SOCK", "http_proxy", "https_proxy", "no_proxy",
+            "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
 #: Kinds whose effect the node's health URL shows (see the module docstring).
 OBSERVED = ("process_kill", "process_pause", "network_partition")
 
@@ -109,10 +114,13 @@ def secret_values(env: dict[str, str], secret_envs: list[str]) -> list[str]:
     """What a hook's output and command must not show: the values of every
     secret-looking variable of the harness's environment and of the hook's,
     and of ``secret_envs`` (the API key's), longest first (a secret that
-    holds another is replaced whole). Values under 4 characters are left:
-    they would blank out ordinary text."""
-    names = {n for n in (*os.environ, *env) if SECRET_ENV.search(n)} | set(secret_envs)
-    values = {v for n in names for v in (os.environ.get(n), env.get(n)) if v and len(v) >= 4}
+    holds another is replaced whole). A secret-looking name's value under 8
+    characters is left (``TOKENIZERS_PARALLELISM=false`` would blank out
+    every "false"); the named ``secret_envs`` from 4."""
+    names = {n for n in (*os.environ, *env) if SECRET_ENV.search(n)}
+    values = {v for n in names for v in (os.environ.get(n), env.get(n)) if v and len(v) >= 8}
+    values |= {v for n in secret_envs for v in (os.environ.get(n), env.get(n))
+               if v and len(v) >= 4}
     return sorted(values, key=len, reverse=True)
 
 

@@ -103,6 +103,19 @@ def untrusted(path: Path) -> str | None:
     return None
 
 
+def _make_private(directory: Path) -> None:
+    """A ledger directory of ours that an older Ordeal made under a umask of
+    002 (group-writable) is made this user's alone, so heal-all does not
+    refuse the heals written into it from now on (``untrusted``). One that
+    is another user's is left as it is (and refused)."""
+    try:
+        st = os.stat(directory)
+        if st.st_uid == os.geteuid() and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            os.chmod(directory, stat.S_IMODE(st.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
+    except OSError:
+        pass
+
+
 class Ledger:
     def __init__(self, directory: Path | None = None):
         self.dir = Path(directory) if directory else default_ledger_dir()
@@ -112,6 +125,7 @@ class Ledger:
         this user's alone (0700) and each entry file too (0600): heal-all
         runs a hook entry's heal only from such files (``untrusted``)."""
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _make_private(self.dir)
         final = self.dir / f"{entry.id}.json"
         tmp = self.dir / f".{entry.id}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

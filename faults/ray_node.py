@@ -308,14 +308,15 @@ class RayNodePause(_RayNodeFault):
         return {"signal": "SIGSTOP", "pids": len(pids), "engines": self.entry.inverse["engines"]}
 
     def observe(self) -> Effect:
-        """Each recorded process of the node is stopped (state T in /proc)
-        while the fault is in."""
-        states = {m.pid: (procfs.state(m.pid) if is_same(m) else None)
-                  for m in self._recorded()}
+        """Each recorded process of the node that still lives is stopped
+        (state T in /proc) while the fault is in, and at least one does (a
+        Ray worker may exit between the snapshot and the SIGSTOP)."""
+        states = {m.pid: procfs.state(m.pid) for m in self._recorded() if is_same(m)}
         stopped = [p for p, st in states.items() if st in ("T", "t")]
         return Effect(bool(states) and len(stopped) == len(states),
                       "the state of each paused process of the node (/proc/PID/stat)",
-                      {"stopped": len(stopped), "processes": len(states)})
+                      {"stopped": len(stopped), "processes": len(states),
+                       "gone": len(self._recorded()) - len(states)})
 
     @classmethod
     def undo(cls, entry: LedgerEntry) -> dict[str, Any]:

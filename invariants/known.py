@@ -122,7 +122,7 @@ class KnownFinding:
     fault: str | None = None
     target: str | None = None
     #: bound key -> its limit (BOUNDS); empty: any size (only in code)
-    bounds: dict[str, float] = field(default_factory=dict)
+    bounds: dict[str, float] = field(default_factory=dict, hash=False)
 
     def within(self, measured: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         """A window's figures against this finding's bounds: each bound's

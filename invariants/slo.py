@@ -234,22 +234,27 @@ class ErrorRate(_PhasedChecker):
         return Result(self.name, ok, details, [] if ok else examples)
 
 
-#: Targets that are the client's only way in: a fault there cuts every
-#: request whatever the cluster does (no spare to fail over to), so
-#: availability shows those windows and does not judge them.
+#: Targets that are the client's only way in, and the kinds that stop
+#: traffic there: such a fault cuts every request whatever the cluster does
+#: (no spare to fail over to), so availability shows those windows and does
+#: not judge them. A fault there that only slows (latency, bandwidth, loss
+#: that TCP retransmits) is judged like any other: a stack rides it out.
 ENTRYPOINT_TARGETS = frozenset({"client-router", "router"})
+OUTAGE_KINDS = frozenset({"process_kill", "process_pause", "network_partition",
+                          "connection_reset", "http_fault"})
 
 
-def window_target(label: str) -> str:
-    """The target of a window label ``kind@target#n``."""
-    return label.partition("@")[2].rsplit("#", 1)[0]
+def entrypoint_outage(label: str) -> bool:
+    """A window label ``kind@target#n`` of a fault that stops the entrypoint."""
+    kind, _, rest = label.partition("@")
+    return kind in OUTAGE_KINDS and rest.rsplit("#", 1)[0] in ENTRYPOINT_TARGETS
 
 
 class Availability(_PhasedChecker):
     """Inside each fault window, the share of requests that still succeeded:
     what a cluster with a spare replica should keep up while one is down.
-    A window of a fault on the entrypoint (``ENTRYPOINT_TARGETS``) is shown,
-    not judged: no stack can route around its only door."""
+    A window of a fault that stops the entrypoint (``entrypoint_outage``)
+    is shown, not judged: no stack can route around its only door."""
 
     name = "availability"
 
@@ -260,13 +265,12 @@ class Availability(_PhasedChecker):
                       for k, v in self.groups.figures().items() if v["phase"] == "fault"}
         details = {"min_availability": self.t.min_availability, "windows": per_window,
                    "fault_windows": len(self.timeline.windows)}
-        judged = {k: v for k, v in per_window.items()
-                  if window_target(k) not in ENTRYPOINT_TARGETS}
+        judged = {k: v for k, v in per_window.items() if not entrypoint_outage(k)}
         shown = sorted(set(per_window) - set(judged))
         if shown:
             details["not_judged"] = {"windows": shown, "why": "a fault on the entrypoint cuts "
                                      "every request: nothing to fail over to"}
-        tolerable = [w for w in self.timeline.windows if w.target not in ENTRYPOINT_TARGETS]
+        tolerable = [w for w in self.timeline.windows if not entrypoint_outage(w.label)]
         if not tolerable:
             return Result(self.name, True, {**details, "why": "no fault a cluster can ride out "
                                                               "in this run" if shown else

@@ -59,6 +59,12 @@ RESERVED_ENGINE_FLAGS = ("--host", "--port", "--middleware", "--model",
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Environment names whose values are never written anywhere (summary, logs).
 SECRET_ENV = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+#: Flags whose value is a secret, by whole words of the flag's name: a
+#: substring test hid ``--max-num-batched-tokens 4096`` and
+#: ``--tokenizer /m`` and broke the replay line; ``--api-key``,
+#: ``--hf-token``, ``--password``, ``--auth-token`` match.
+SECRET_FLAG = re.compile(r"(?:^|[-_.])(?:token|key|apikey|secret|password|passwd|passphrase|"
+                         r"credentials?|auth|authorization|bearer)(?:$|[-_.])", re.IGNORECASE)
 
 
 def redact_env(env: dict[str, str] | tuple[tuple[str, str], ...]) -> dict[str, str]:
@@ -108,12 +114,13 @@ def redact_argv(argv: list[str] | tuple[str, ...], _depth: int = 0) -> list[str]
     hide_next = False
     for arg in argv:
         if hide_next:
-            out.append(arg if _REFERENCE.fullmatch(arg) else REDACTED)
             hide_next = False
-            continue
+            if not _FLAG.match(arg.partition("=")[0]):  # a flag of its own: no value to hide
+                out.append(arg if _REFERENCE.fullmatch(arg) else REDACTED)
+                continue
         name, eq, value = arg.partition("=")
         if _FLAG.match(name):
-            secret = SECRET_ENV.search(name) is not None
+            secret = SECRET_FLAG.search(name.lstrip("-")) is not None
             if not eq:
                 out.append(arg)
                 hide_next = secret

@@ -20,8 +20,9 @@ comes from the workload's plan:
   and nothing where that is below one (a window too short for the rate to
   promise traffic is shown, not judged).
 - ``ok_min`` (for the suites, not the verdict: error budgets belong to the
-  SLO checkers): every request that no fault could touch (ended in steady
-  state, the warm-up or after a heal) must have succeeded.
+  SLO checkers): the requests no fault could touch (steady state and the
+  warm-up; after a heal is ``recovery``'s to judge) succeeded, less the
+  steady error budget.
 
 ``traffic_floor`` is then "unknown" (could not see) when a floor is not
 met, never False: too little traffic says nothing about the stack.
@@ -81,7 +82,7 @@ class TrafficCount:
 
     invoked: int = 0
     ok: int = 0
-    untouched: int = 0  # requests that ended outside every fault window
+    untouched: int = 0  # requests of the steady state and the warm-up
     untouched_ok: int = 0
     # window label -> [requests invoked while in place, seconds in place]
     windows: dict[str, list[float]] = field(default_factory=dict)
@@ -99,8 +100,9 @@ def judge_floors(spec: WorkloadSpec | None, count: TrafficCount,
         "planned": planned_requests(spec), "invoked_min": invoked_min, "invoked_why": why,
         "invoked": count.invoked, "ok": count.ok,
         "ok_min": math.ceil(count.untouched * (1.0 - max_error_rate)),
-        "ok_why": f"the {count.untouched} request(s) that no fault window held (steady, "
-                  f"warm-up, after a heal), less the {max_error_rate:.1%} error budget",
+        "ok_why": f"the {count.untouched} request(s) of the steady state and the warm-up "
+                  f"(no fault window or after-heal window held them), less the "
+                  f"{max_error_rate:.1%} error budget",
         "untouched_ok": count.untouched_ok, "windows": {}}
     short: list[dict[str, Any]] = []
     for label, (seen, seconds) in count.windows.items():

@@ -28,7 +28,7 @@ from invariants import CheckerSettings, Result, RunContext
 from invariants.base import check_all
 from invariants.known import KnownFindings
 from invariants.planted import PLANTED, with_planted
-from invariants.requests import RequestPairer, Timeline
+from invariants.requests import STEADY, WARMUP, RequestPairer, Timeline
 from load.health_probe import HealthProbe
 from load.monitor import Monitor
 from load.router_watch import DEFAULT_GRACE_S, RouterGone, RouterWatch
@@ -139,7 +139,7 @@ def count_traffic(count: TrafficCount, pairer: RequestPairer, op: Op) -> None:
         return
     if req.done.type == "ok":
         count.ok += 1
-    if req.phase != "fault":
+    if req.phase in (STEADY, WARMUP):  # after a heal is recovery's to judge
         count.untouched += 1
         count.untouched_ok += req.done.type == "ok"
 

@@ -136,6 +136,9 @@ def plain_stack(tmp_path_factory):
             api_key_env = "ORDEAL_TEST_API_KEY"
             headers = {{ "x-tenant" = "ordeal-test" }}
             ready_timeout_s = 300
+            # A Toxiproxy server counts nothing a toxic did: the team vouches
+            # for its latency toxic (fault_effective lists those windows).
+            trusted_without_evidence = ["network_latency"]
 
             [[replica]]
             name = "replica-0"
@@ -221,6 +224,11 @@ def test_the_smoke_suites_run_on_a_deployment_ordeal_did_not_start(plain_stack, 
             assert "effect" not in w["heal_result"], w
         else:
             assert w["heal_result"]["effect"]["effective"] is True, w
+    # ... so the window is trusted, as the target file says, and listed as such.
+    [effective] = [i for i in nemesis["invariants"] if i["name"] == "fault_effective"]
+    assert effective["valid"] is True, effective
+    assert [x.startswith("network_latency@router-replica-0#")
+            for x in effective["details"]["trusted_without_evidence"]] == [True], effective
 
     # The API key reached no file the runs or their cluster logs wrote.
     written = [p for root in (runs, runs.parent / "clusters") if root.exists()

@@ -306,3 +306,18 @@ def test_allow_target_0_0_0_0_0_is_refused_without_allow_wide_target():
     assert wide.returncode == 0, wide.stdout + wide.stderr
     assert "0.0.0.0 to 255.255.255.255, 4,294,967,296 addresses" in wide.stdout, wide.stdout
     assert "10.1.2.0 to 10.1.2.255, 256 addresses" in wide.stdout, wide.stdout
+
+
+def test_engine_flags_that_only_look_like_secrets_keep_their_values():
+    """Flags are secret by whole words of their name: --max-num-batched-tokens
+    and --tokenizer keep their values (the replay line must still run), and
+    a secret flag given no value does not swallow the next flag."""
+    from ordeal.config import redact_argv
+
+    argv = ["--engine-args", "--max-num-batched-tokens 4096 --tokenizer /m "
+            "--skip-tokenizer-init --dtype bfloat16 --api-key sk-LIVE", "--seed", "7"]
+    out = redact_argv(argv)
+    assert "sk-LIVE" not in " ".join(out)
+    assert "--max-num-batched-tokens 4096 --tokenizer /m --skip-tokenizer-init --dtype " \
+           "bfloat16" in out[1] and out[2:] == ["--seed", "7"], out
+    assert redact_argv(["--api-key", "--dtype", "half"]) == ["--api-key", "--dtype", "half"]

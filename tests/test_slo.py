@@ -258,3 +258,13 @@ def test_slo_file_drift_and_harness_tables(tmp_path):
 def _write(path, text):
     path.write_text(text)
     return path
+
+
+def test_an_entrypoint_that_only_slows_is_still_judged():
+    h = H()
+    h.req(0)
+    h.fault(1, 5, kind="network_latency", target="client-router")
+    for i in range(20):
+        h.req(1.1 + i * 0.1, type="fail" if i < 15 else "ok")
+    r = Availability().check(h.sorted(), ctx())
+    assert r.valid is False and r.details["below"] == ["network_latency@client-router#1"], r

@@ -42,10 +42,15 @@ VLLM_COMMON = {"vllm:num_requests_running": "requests_running",
                "vllm:generation_tokens_total": "generation_tokens_total"}
 
 
-def node_starts(node: Any) -> int | None:
-    """How many times a node's process was started (None: not known)."""
+def node_starts(node: Any) -> Any:
+    """What tells one start of a node's process from the next (None: not
+    known): how many times it was started (a local process), or when its
+    container last started (a Docker node's ``starts``). Only compared
+    for equality: a change means its counters began again."""
     proc = getattr(node, "process", None)
-    return getattr(proc, "starts", None)
+    if proc is not None:
+        return getattr(proc, "starts", None)
+    return getattr(node, "starts", None)
 
 
 def prepare_model(spec: Any, progress: Any) -> Any:
