@@ -24,11 +24,17 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .base import Fault, FaultError, healed
+from .base import Effect, Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
 
 MODES = {"skip": "skip", "repeat": "repeat", "restart": "restart",
          "drop": "skip", "duplicate": "repeat", "reorder": "restart"}
+
+
+def sent_path(jump_file: Path) -> Path:
+    """Where the Triton client records the jumped steps it sent (engines.
+    triton.client.JumpControl)."""
+    return Path(jump_file).with_suffix(".sent")
 
 
 class SequenceJump(Fault):
@@ -67,10 +73,24 @@ class SequenceJump(Fault):
         return {"variant": "sequence", "mode": self.mode, "count": self.count,
                 "jump_file": str(self.jump_file)}
 
+    def observe(self) -> Effect:
+        """The jumped steps the Triton client put on the wire in this window
+        (its record beside the control file, ``sent_path``): none means the
+        jump did nothing (no sequence step passed while it was in)."""
+        assert self.entry is not None
+        try:
+            d = json.loads(sent_path(self.jump_file).read_text())
+        except (OSError, ValueError):
+            d = {}
+        sent = int(d.get("sent", 0)) if str(d.get("id")) == self.entry.id else 0
+        return Effect(sent > 0, "jumped sequence steps the Triton client sent in this window",
+                      {"sent": sent, "count": self.count, "mode": self.mode})
+
     @classmethod
     def undo(cls, entry: LedgerEntry) -> dict[str, Any]:
         jump_file = Path(entry.inverse["jump_file"])
         jump_file.unlink(missing_ok=True)
+        sent_path(jump_file).unlink(missing_ok=True)
         return {"variant": "sequence", "removed": str(jump_file)}
 
     @classmethod

@@ -402,9 +402,12 @@ class OrdealRun:
                          settings=self.checker_settings if settings is None else settings,
                          unavailable=unavailable_data(self.cluster))
         chosen = checkers if checkers is not None else self.engine.checkers()
-        if checkers is None and any(w.kind in PLANTED for w in self.windows):
-            # A fault that corrupts answers on purpose (lsn_jump) is judged as
-            # detection, the rest of the history as usual (invariants/planted.py).
+        if (checkers is None and self.engine.name == "vllm"
+                and any(w.kind in PLANTED for w in self.windows)):
+            # A fault that corrupts answers on purpose (lsn_jump's SSE variant,
+            # vLLM's) is judged as detection, the rest of the history as usual
+            # (invariants/planted.py). Triton's lsn_jump corrupts no answer: it
+            # jumps a sequence, which sequence_consistent judges as detected.
             chosen = with_planted(chosen)
         damaged: list[str] = []
         counts = ClientCounts()

@@ -25,6 +25,7 @@ meant, and only the server's answers can reveal what arrived.
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -115,7 +116,21 @@ class JumpControl:
         if self.used.get(wid, 0) >= count or d.get("mode") not in JUMP_MODES:
             return None
         self.used[wid] = self.used.get(wid, 0) + 1
+        self._record(wid)
         return str(d["mode"])
+
+    def _record(self, wid: str) -> None:
+        """How many jumped steps this client put on the wire for window
+        ``wid``, beside the control file (``faults.sequence_jump.sent_path``):
+        the fault's evidence that it acted, as a toxic counts its hits."""
+        assert self.path is not None
+        sent = self.path.with_suffix(".sent")
+        tmp = self.path.with_suffix(".sent.tmp")
+        try:
+            tmp.write_text(json.dumps({"id": wid, "sent": self.used[wid]}))
+            os.replace(tmp, sent)
+        except OSError:
+            pass  # no evidence then: fault_effective says so
 
 
 def jumped(step: Step, mode: str | None) -> Step:
