@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import Any, Collection
 
 from ordeal.config import ConfigError, read_input
+from ordeal.history.windows import label_parts
 
 from .base import MAX_COUNTEREXAMPLES
 
@@ -148,8 +149,7 @@ class KnownFinding:
         """A fault window ``kind@target#n`` (None: no window) is this finding's."""
         if label is None:
             return self.fault is None and self.target is None
-        kind, _, rest = label.partition("@")
-        target = rest.rsplit("#", 1)[0]
+        kind, target = label_parts(label)
         return ((self.fault is None or fnmatch.fnmatchcase(kind, self.fault))
                 and (self.target is None or fnmatch.fnmatchcase(target, self.target)))
 

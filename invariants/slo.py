@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ordeal.history.ops import HARNESS, NEMESIS, Op
+from ordeal.history.windows import label_parts
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 from .histogram import LatencyHistogram
@@ -246,8 +247,8 @@ OUTAGE_KINDS = frozenset({"process_kill", "process_pause", "network_partition",
 
 def entrypoint_outage(label: str) -> bool:
     """A window label ``kind@target#n`` of a fault that stops the entrypoint."""
-    kind, _, rest = label.partition("@")
-    return kind in OUTAGE_KINDS and rest.rsplit("#", 1)[0] in ENTRYPOINT_TARGETS
+    kind, target = label_parts(label)
+    return kind in OUTAGE_KINDS and target in ENTRYPOINT_TARGETS
 
 
 class Availability(_PhasedChecker):

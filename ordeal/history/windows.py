@@ -58,6 +58,12 @@ class Window:
         return f"{self.kind}@{self.target}"
 
 
+def label_parts(label: str) -> tuple[str, str]:
+    """(kind, target) of a window label ``kind@target#n`` (``Window.label``)."""
+    kind, _, rest = label.partition("@")
+    return kind, rest.rsplit("#", 1)[0]
+
+
 class Change(NamedTuple):
     what: str  # OPENED, INJECTED, INJECT_FAILED, HEALING or CLOSED
     window: Window
