@@ -40,6 +40,7 @@ from .node_processes import (
     proc_names,
     scope_pids,
 )
+from .safety import down_detail
 
 
 def connect_state(endpoint: Endpoint, timeout_s: float = 2.0) -> str:
@@ -128,8 +129,9 @@ class ProcessKill(Fault):
 
     def _preflight(self) -> None:
         if not self.node.is_running():
-            raise FaultError(f"process_kill: {self.node.name} is not running; nothing to kill "
-                             "(heal it first, or pick a live node)")
+            raise FaultError(f"process_kill: {self.node.name} is not running"
+                             f"{down_detail(self.node)}; nothing to kill (heal it first, or "
+                             "pick a live node)")
         self._victims = scope_pids(self.node, self.scope, self.kind)
 
     def _inverse(self) -> dict[str, Any]:

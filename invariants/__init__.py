@@ -9,7 +9,7 @@ from .fault_effective import FaultEffective
 from .fault_slo import FaultSLO
 from .no_orphans import NoOrphans
 from .no_silent_loss import NoSilentLoss
-from .node_health import CountersMonotonic, HealthTruthful, LeakBound
+from .node_health import CountersMonotonic, HealthTruthful, LeakBound, NodesServeAtEnd
 from .planted import PLANTED, ExcludingPlanted, PlantedDetected, with_planted
 from .settings import CheckerSettings, FaultSLOTargets, SLOTargets
 from .slo import (
@@ -29,7 +29,7 @@ DEFAULT_CHECKERS = (NoSilentLoss, StreamWellFormed, UsageMatchesTokens, NoDuplic
                     CanaryDeterminism, StreamContinuity,
                     LatencySLO, Goodput, ErrorRate, Availability, Recovery, RestartReadiness, ScheduleLag,
                     Failover, FaultSLO, FaultEffective, NoOrphans, HealthTruthful, CountersMonotonic,
-                    LeakBound)
+                    LeakBound, NodesServeAtEnd)
 
 __all__ = ["Checker", "Result", "RunContext", "merge_valid", "run_checker", "CheckerSettings",
            "SLOTargets", "FaultSLOTargets",
@@ -37,5 +37,5 @@ __all__ = ["Checker", "Result", "RunContext", "merge_valid", "run_checker", "Che
            "StreamContinuity",
            "LatencySLO", "Goodput", "ErrorRate", "Availability", "Recovery",
            "RestartReadiness", "ScheduleLag", "Failover", "FaultSLO", "FaultEffective", "NoOrphans",
-           "HealthTruthful", "CountersMonotonic", "LeakBound", "Drift",
+           "HealthTruthful", "CountersMonotonic", "LeakBound", "NodesServeAtEnd", "Drift",
            "DEFAULT_CHECKERS", "PLANTED", "ExcludingPlanted", "PlantedDetected", "with_planted"]

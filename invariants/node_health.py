@@ -9,13 +9,15 @@
 - leak_bound: after the load drained, each node's process-tree RSS is back
   near its baseline (the first sample after its last start), and no request
   is left running or waiting, and the KV cache is free again.
+- nodes_serve_at_end: after the load drained, every node answers its health
+  check, unless a fault of the run left it down on purpose.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ordeal.history.ops import MONITOR, Op
+from ordeal.history.ops import MONITOR, NEMESIS, Op
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 
@@ -186,3 +188,63 @@ class LeakBound(StreamingChecker):
         if problems:
             return Result(self.name, False, details, problems[:MAX_COUNTEREXAMPLES])
         return Result(self.name, True if figures else "unknown", details)
+
+
+class NodesServeAtEnd(StreamingChecker):
+    """Every node answers its health check when the run has drained.
+
+    A replica that crashes on its own, and stays down, can hide behind a
+    router that fails over: every request still ends ``ok``, and every
+    other invariant holds. The monitor's drain round (after every fault
+    healed and the load ended) is the one place that sees it. A node a
+    fault leaves down on purpose (process_kill with ``restart=False``: its
+    heal says ``restarted: false``) is named and left out; one whose fault
+    never healed is left out too, as still held down. No drain round (the
+    run stopped before it) is unknown."""
+
+    name = "nodes_serve_at_end"
+
+    def start(self, ctx: RunContext) -> None:
+        super().start(ctx)
+        self.drained: dict[str, dict[str, Any]] = {}
+        self.left_down: dict[str, str] = {}  # node -> the fault that leaves it down
+        self.injected: set[str] = set()
+
+    def feed(self, op: Op) -> None:
+        if op.process == NEMESIS and isinstance(op.value, dict):
+            v, target = op.value, op.value.get("target")
+            if not isinstance(target, str) or v.get("phase") != "end":
+                return
+            if op.f == "inject":
+                self.injected.add(target)
+            elif op.f == "heal":
+                self.injected.discard(target)
+                if v.get("restarted") is False and not v.get("why"):  # "why": it still ran
+                    self.left_down[target] = f"{v.get('kind')} (its heal did not restart it)"
+                else:
+                    self.left_down.pop(target, None)
+            return
+        if op.process == MONITOR and op.f == "drain" and "node" in (op.value or {}):
+            self.drained[op.value["node"]] = {**op.value, "index": op.index}
+
+    def result(self) -> Result:
+        nodes: dict[str, Any] = {}
+        problems = []
+        for node, v in sorted(self.drained.items()):
+            why_down = self.left_down.get(node) or (
+                "a fault on it never healed" if node in self.injected else None)
+            nodes[node] = {"health": v.get("health"), **({"left_down_by": why_down}
+                                                          if why_down else {})}
+            if v.get("health") == 200 or why_down:
+                continue
+            exited = v.get("exit_code")
+            problems.append({
+                "problem": f"{node} does not serve at the end of the run (health "
+                           f"{v.get('health')}"
+                           + (f", its process exited with code {exited}" if exited is not None
+                              else "") + f"): {v.get('error') or 'no 200'}",
+                "node": node, "index": v["index"]})
+        details = {"nodes": nodes}
+        if problems:
+            return Result(self.name, False, details, problems[:MAX_COUNTEREXAMPLES])
+        return Result(self.name, True if nodes else "unknown", details)

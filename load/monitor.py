@@ -24,6 +24,10 @@ from ordeal.history.ops import MONITOR
 from ordeal.history.writer import History
 from ordeal.journal import JournalTail, journal_path
 
+#: How many more times the drain round asks a node that did not answer 200
+#: (a second apart) before its sample stands: nodes_serve_at_end judges it.
+DRAIN_RETRIES = 2
+
 
 def group_rss_bytes(pgid: int | None, members: list[int] | None = None) -> int | None:
     """Resident memory of a node's whole process tree (API server, engine
@@ -89,6 +93,9 @@ def sample_node(node: Any, timeout: float = 2.0,
     except OSError as e:
         value["health"] = None
         value["error"] = f"/health: {type(e).__name__}: {e}"
+        exit_code = getattr(node, "exit_code", None)  # a local node: did its process end?
+        if callable(exit_code) and exit_code() is not None:
+            value["exit_code"] = exit_code()
         return value
     try:
         with urllib.request.urlopen(metrics_url, timeout=timeout,
@@ -173,6 +180,11 @@ class Monitor:
     async def sample_all(self, f: str = "sample") -> None:
         for node in self.nodes:
             value = await asyncio.to_thread(sample_node, node, 2.0, self.common_metrics)
+            for _ in range(DRAIN_RETRIES if f == "drain" else 0):
+                if value.get("health") == 200 or "exit_code" in value:
+                    break
+                await asyncio.sleep(1.0)  # a node busy for a moment is asked again
+                value = await asyncio.to_thread(sample_node, node, 2.0, self.common_metrics)
             self.history.append("info", MONITOR, f, value, value.get("error"))
         for node in self.processes:
             value = await asyncio.to_thread(process_sample, node)

@@ -32,6 +32,10 @@ class LocalNode:
     def is_running(self) -> bool:
         return self.process.is_running()
 
+    def exit_code(self) -> int | None:
+        """The process's exit status once it ended (negative: the signal), else None."""
+        return self.process.exit_code()
+
     @property
     def pid(self) -> int | None:
         return self.process.pid

@@ -2,7 +2,7 @@
 
 import pytest
 
-from invariants import CountersMonotonic, HealthTruthful, LeakBound, RunContext
+from invariants import CountersMonotonic, HealthTruthful, LeakBound, NodesServeAtEnd, RunContext
 from load.metrics import MetricsParseError, parse_metrics
 from ordeal.history.ops import Op
 
@@ -90,6 +90,37 @@ def test_leak_after_drain_is_caught():
                  sample(20, pid=11, rss_mb=1100, f="drain")]
     assert LeakBound().check(restarted, RunContext()).valid is True
     assert LeakBound().check([sample(0)], RunContext()).valid == "unknown"
+
+
+def nemesis(t, f, target="replica-1", **value):
+    return Op(0, int(t * S), "w", "info", "nemesis", f,
+              {"kind": "process_kill", "target": target, "phase": "end", **value})
+
+
+def test_a_node_that_does_not_serve_at_the_end_fails_unless_a_fault_left_it_down():
+    up = [sample(0), sample(0, node="replica-1"), sample(20, f="drain"),
+          sample(20, node="replica-1", f="drain")]
+    assert NodesServeAtEnd().check(up, RunContext()).valid is True
+    # A replica that died on its own, behind a router that failed over.
+    dead = up[:3] + [Op(0, 20 * S, "w", "info", "monitor", "drain",
+                        {"node": "replica-1", "pid": 11, "health": None, "exit_code": -9,
+                         "error": "/health: ConnectionRefusedError"})]
+    r = NodesServeAtEnd().check(dead, RunContext())
+    assert r.valid is False and r.counterexamples[0]["node"] == "replica-1"
+    assert "exited with code -9" in r.counterexamples[0]["problem"]
+    # Killed on purpose, without a restart: named, not a finding ...
+    left = [nemesis(5, "inject"), nemesis(7, "heal", restarted=False), *dead]
+    r = NodesServeAtEnd().check(left, RunContext())
+    assert r.valid is True and "left_down_by" in r.details["nodes"]["replica-1"]
+    # ... but a heal that did restart it, or did not because it still ran, is no excuse.
+    for heal in ({"restarted": True}, {"restarted": False, "why": "the node still runs"}):
+        again = [nemesis(5, "inject"), nemesis(7, "heal", **heal), *dead]
+        assert NodesServeAtEnd().check(again, RunContext()).valid is False, heal
+    # A fault on it still in at the end (never healed) holds it down.
+    held = [nemesis(5, "inject"), *dead]
+    assert NodesServeAtEnd().check(held, RunContext()).valid is True
+    # No drain round (the run stopped early): could not see.
+    assert NodesServeAtEnd().check(up[:2], RunContext()).valid == "unknown"
 
 
 def test_metrics_parser_sums_labels_and_rejects_garbage():

@@ -194,6 +194,40 @@ def test_a_wrong_answer_inside_a_single_fault_run_fails_the_suite(ordeal_run, or
     assert ordeal_run.engine.answer_directly(ordeal_cluster.replicas()[0])["status"] == 200
 
 
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+def test_a_replica_that_dies_on_its_own_fails_the_run_and_is_started_before_the_next(
+        ordeal_run, ordeal_cluster, ordeal_config):
+    """A replica that crashes with no fault of Ordeal's, behind a router
+    that fails over: the clients may see nothing wrong, so the verdict
+    must (``nodes_serve_at_end``); and the next run on the shared cluster
+    gets it back, recorded (runs/shared_cluster.py). CI, 2026-12-06: a
+    Triton replica found dead at the next fault's inject."""
+    import signal
+    import threading
+
+    from load.workload import WorkloadSpec
+    from runs.shared_cluster import revive_down_nodes
+
+    victim = ordeal_cluster.replicas()[-1]
+    timer = threading.Timer(3.0, victim.signal, args=(signal.SIGKILL,))
+    timer.start()
+    try:
+        ordeal_run.load(WorkloadSpec(duration_s=10.0, rate=ordeal_config.load_rate, seed=3))
+    finally:
+        timer.cancel()
+    results = {r.name: r for r in ordeal_run.check()}
+    summary = ordeal_run.finish()
+    dead = results["nodes_serve_at_end"]
+    assert dead.valid is False and dead.counterexamples[0]["node"] == victim.name, dead
+    assert summary["verdict"] == "fail", summary["verdict"]
+    said: list[str] = []
+    [record] = revive_down_nodes(ordeal_cluster, ordeal_config.cluster.ready_timeout_s,
+                                 said.append)
+    assert record["node"] == victim.name and record["exit_code"] == -signal.SIGKILL, record
+    assert victim.is_running() and ordeal_run.engine.answer_directly(victim)["status"] == 200
+
+
 def test_the_rewrite_toxic_changes_only_the_text_after_its_first_events():
     import json
 

@@ -51,6 +51,7 @@ from invariants import (
     Goodput,
     LatencySLO,
     LeakBound,
+    NodesServeAtEnd,
     NoOrphans,
     NoSilentLoss,
     Recovery,
@@ -235,7 +236,7 @@ class TritonEngine:
         common = [NoSilentLoss(), CanaryDeterminism(), LatencySLO(), Goodput(), ErrorRate(),
                   Availability(), Recovery(), RestartReadiness(), ScheduleLag(), Failover(),
                   FaultSLO(), FaultEffective(), NoOrphans(), CountersMonotonic(),
-                  LeakBound()]
+                  LeakBound(), NodesServeAtEnd()]
         return common if self.user_repo is not None else [*common, SequenceConsistent()]
 
     def f_models(self) -> dict[str, str]:
