@@ -30,7 +30,16 @@ from .ledger import Ledger, LedgerEntry
 class FaultError(RuntimeError):
     """A fault that cannot be injected as asked (dead node, unknown target,
     an address the suite does not own, a missing tool). Raised *before*
-    anything changed; the message says what was wrong and what to do."""
+    anything changed; the message says what was wrong and what to do.
+
+    ``record`` is what was done before it failed (a hook's command, exit
+    code, output and the processes ended): the nemesis puts it in the
+    fault's window and history, so a failed inject or heal keeps its
+    evidence, not only its message."""
+
+    def __init__(self, message: str, record: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.record: dict[str, Any] = dict(record or {})
 
 
 class PrivilegeError(FaultError):
@@ -87,6 +96,7 @@ class Fault(ABC):
         self.run_id = run_id
         self.ledger = ledger
         self.entry: LedgerEntry | None = None
+        self.undone: dict[str, Any] = {}  # what the last heal's undo did
 
     def root_reason(self) -> str | None:
         """Why this fault, as configured, needs root; None when it does not."""
@@ -198,7 +208,13 @@ class Fault(ABC):
             return {"kind": self.kind, "target": self.target, "already_healed": True}
         effect = self._observed()
         aftermath = self._aftermath()
-        done = {**aftermath, **self.undo(self.entry), **self._recover()}
+        self.undone = {**aftermath, **self.undo(self.entry)}  # _recover's messages may cite it
+        try:
+            recovered = self._recover()
+        except FaultError as e:  # the heal ran; its record goes with the error
+            e.record = {**self.undone, **e.record}
+            raise
+        done = {**self.undone, **recovered}
         fault_id = self.entry.id
         self.ledger.remove(fault_id)
         self.entry = None

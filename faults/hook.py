@@ -10,8 +10,14 @@ runs the same heal after a SIGKILLed harness (``HookFault.undo``, the one
 inverse). A heal hook must therefore be safe to run twice, and when the
 inject hook did nothing.
 
-A hook runs with ``bash -c`` in a session of its own, so its whole tree is
-ended by its group id when it outlives ``timeout_s``. Its environment is
+A hook runs with ``bash -c`` in a session of its own and with job control
+on, so a process it starts in the background outlives it (``cmd &``,
+``nohup cmd &``, ``setsid cmd &``, ``setsid -f cmd``; ``systemd-run`` and
+``docker start`` start nothing of the hook's); what is still in the hook's
+own process group two seconds after bash exited is ended, and its whole
+session when it outlives ``timeout_s``. Each process ended is recorded
+(pid, command line, why) with the hook's command, exit code, seconds and
+output, in the fault's record, whether the hook failed or not. Its environment is
 small on purpose (the harness's holds the API key, and maybe other
 secrets): ``PATH``, ``HOME`` and ``LANG`` of the harness's, the variables
 the target file names in ``hook_env``, and ``ORDEAL_NODE``,
@@ -52,6 +58,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from ordeal import procfs
 from ordeal.config import REDACTED, SECRET_ENV, ConfigError, redact_command
 from ordeal.target import Hook, file_sha256, hook_command, read_target_file
 from ordeal.topology import Node
@@ -132,47 +139,129 @@ def scrub(text: str, secrets: list[str]) -> str:
 
 def run_hook(what: str, command: str, labels: dict[str, str], timeout_s: float,
              secret_envs: list[str], hook_env: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
-    """Run one hook; what it did, for the history (its command redacted,
-    its output scrubbed). ``FaultError`` when it cannot start, exits
-    non-zero or outlives ``timeout_s``. It runs with ``hook_environment``
-    only. Its output goes to a file, not a pipe, so a background child it
-    leaves (``x &``) does not hold the hook open; when bash has exited, or
-    at the timeout, what is left of its session is ended by group id."""
+    """Run one hook; what it did, for the history: its command (redacted),
+    exit code, seconds, output (scrubbed) and the processes Ordeal ended
+    (``ended``). ``FaultError`` when it cannot start, exits non-zero or
+    outlives ``timeout_s``; its ``record`` holds the same. It runs with
+    ``hook_environment`` only, with job control on (``set -m``): each
+    command runs in a process group of its own, as in a terminal, so what
+    it starts in the background (``cmd &``, ``nohup cmd &``, ``setsid cmd
+    &``, ``setsid -f cmd``) outlives it. Its output goes to a file, not a
+    pipe, so such a child does not hold the hook open. When bash has
+    exited, what is still in the hook's own process group gets
+    ``GRACE_S`` to leave or end, then is ended (``end_left_over``); a hook
+    past its timeout has its whole session ended."""
     env = hook_environment(labels, list(hook_env))
     secrets = secret_values(env, secret_envs)
     shown = scrub(redact_command(command), secrets)
     t0 = time.monotonic()
     with tempfile.TemporaryFile() as out:
         try:
-            proc = subprocess.Popen(["bash", "-c", command], stdout=out,
+            proc = subprocess.Popen(["bash", "-c", f"set -m\n{command}"], stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=env, start_new_session=True)
         except OSError as e:
             raise FaultError(f"{what}: cannot start bash for the hook ({e})") from None
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the session we started, by its id
-        except (ProcessLookupError, PermissionError):
-            pass
+        # Waited for without reaping: while bash is a zombie its pid, group
+        # id and session id stay its own, so nothing ended below is another's.
+        timed_out = not _exited(proc.pid, t0 + timeout_s)
+        if timed_out:
+            ended = end_left_over(proc.pid, whole_session=True, secrets=secrets)
+        else:
+            ended = end_left_over(proc.pid, whole_session=False, secrets=secrets)
         proc.wait()
         out.seek(0)
         raw = out.read()
     # Scrubbed whole, then cut: a key across the cut would leave a piece.
     text = scrub(raw.decode("utf-8", "replace"), secrets)[-OUTPUT_CHARS:]
-    done = {"command": shown, "exit_code": proc.returncode,
-            "seconds": round(time.monotonic() - t0, 2), "output": text}
+    done = {"command": shown, "exit_code": None if timed_out else proc.returncode,
+            "seconds": round(time.monotonic() - t0, 2), "output": text, "ended": ended}
+    said_ended = (f"; Ordeal ended {len(ended)} process(es) it left: "
+                  + ", ".join(f"{e['pid']} {e['command']!r}" for e in ended[:3])
+                  if ended else "")
     if timed_out:
         raise FaultError(f"{what}: the hook did not finish within its timeout_s "
                          f"{timeout_s:g} (ended); command {shown!r}; output: "
-                         f"{text[-500:]!r}. Make it return sooner or raise timeout_s")
+                         f"{text[-500:]!r}{said_ended}. Make it return sooner or raise "
+                         "timeout_s", record=done)
     if proc.returncode != 0:
         raise FaultError(f"{what}: the hook exited {proc.returncode}; command {shown!r}; "
-                         f"output: {text[-500:]!r}")
+                         f"output: {text[-500:]!r}{said_ended}", record=done)
     return done
+
+
+#: Seconds what is left in a hook's own process group after bash exited
+#: gets to leave it (``setsid`` racing bash's exit) or end, before Ordeal
+#: ends it.
+GRACE_S = 2.0
+
+
+def _exited(pid: int, deadline: float) -> bool:
+    """Whether the child ``pid`` exited before ``deadline`` (monotonic),
+    leaving it a zombie (``WNOWAIT``): its ids cannot be reused until
+    ``Popen.wait`` reaps it."""
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None:
+                return True
+        except ChildProcessError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def end_left_over(leader: int, whole_session: bool, secrets: list[str],
+                  grace_s: float = GRACE_S) -> list[dict[str, Any]]:
+    """End what a hook left: with ``whole_session`` (the hook outlived its
+    timeout) every process of the session ``leader`` started, at once;
+    else, after up to ``grace_s``, the processes still in its own process
+    group (a background job of job control, a ``setsid`` child, a
+    ``systemd-run`` unit left it and are the user's). Each by a pidfd
+    opened while it was still a member, so a pid reused meanwhile is never
+    touched. Returns one record per process ended: pid, command line
+    (scrubbed), why."""
+    def members() -> list[int]:
+        return procfs.session_members(leader) if whole_session else procfs.group_members(leader)
+
+    if whole_session:
+        why = "the hook outlived its timeout_s: its whole session is ended"
+    else:
+        why = (f"still in the hook's own process group {grace_s:g} s after bash exited "
+               "(a process meant to outlive a hook runs in the background or under setsid)")
+        deadline = time.monotonic() + grace_s
+        while members() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    ended: list[dict[str, Any]] = []
+    for _ in range(5):  # a member may fork while it is ended: ask again
+        left = members()
+        if not left:
+            break
+        for pid in left:
+            command = scrub(redact_command(procfs.cmdline(pid)), secrets)[:300]
+            if _kill_member(pid, leader, whole_session):
+                ended.append({"pid": pid, "command": command, "why": why})
+        time.sleep(0.05)
+    return ended
+
+
+def _kill_member(pid: int, leader: int, whole_session: bool) -> bool:
+    """SIGKILL ``pid`` if, once a pidfd holds it, it is still a member of
+    the hook's group (or session). True when it was sent."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return False
+    try:
+        fields = procfs.stat_fields(pid)
+        if not fields or int(fields[3 if whole_session else 2]) != leader:
+            return False
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 class HookFault(Fault):
@@ -240,9 +329,13 @@ class HookFault(Fault):
         self._served_before = health(self._health_url(), context=self._tls()) == 200
         if self.hook.kind in OBSERVED:
             self._start_before = process_start(self._metrics_url(), context=self._tls())
-        done = run_hook(f"{self.hook.kind} on {self.node.name}: inject hook",
-                        self._command(self.hook.inject), env, self.hook.timeout_s,
-                        self.secret_envs, self.hook_env)
+        try:
+            done = run_hook(f"{self.hook.kind} on {self.node.name}: inject hook",
+                            self._command(self.hook.inject), env, self.hook.timeout_s,
+                            self.secret_envs, self.hook_env)
+        except FaultError as e:
+            e.record = {"via": "hook", "inject_hook": e.record}
+            raise
         self.entry.inverse["inject_hook"] = done
         self.ledger.record(self.entry)
         return {"via": "hook", "inject_hook": done, "target_file": self.target_file,
@@ -296,9 +389,13 @@ class HookFault(Fault):
         command = inv.get("heal")
         if command is None:
             command = cls._heal_from_target(entry)
-        done = run_hook(f"{entry.kind} on {entry.target}: heal hook", command,
-                        dict(inv.get("env") or {}), float(inv.get("timeout_s", 60.0)),
-                        list(inv.get("secret_envs") or []), list(inv.get("hook_env") or []))
+        try:
+            done = run_hook(f"{entry.kind} on {entry.target}: heal hook", command,
+                            dict(inv.get("env") or {}), float(inv.get("timeout_s", 60.0)),
+                            list(inv.get("secret_envs") or []), list(inv.get("hook_env") or []))
+        except FaultError as e:
+            e.record = {"heal_hook": e.record, **source}
+            raise
         return {"heal_hook": done, **source}
 
     @staticmethod
@@ -353,6 +450,14 @@ class HookFault(Fault):
                     out.update(restarted=True, ready_after_s=out["serves_again_after_s"])
                 return out
             time.sleep(0.5)
-        raise FaultError(f"{self.hook.kind} on {self.node.name}: after the heal hook, "
-                         f"{self._health_url()} did not answer 200 within "
-                         f"{self.ready_timeout_s:g}s (last: {status})")
+        hook = self.undone.get("heal_hook") or {}
+        ended = hook.get("ended") or []
+        raise FaultError(
+            f"{self.hook.kind} on {self.node.name}: after the heal hook, "
+            f"{self._health_url()} did not answer 200 within {self.ready_timeout_s:g}s "
+            f"(last: {status}). The heal hook {hook.get('command')!r} exited "
+            f"{hook.get('exit_code')} after {hook.get('seconds')} s and printed "
+            f"{(hook.get('output') or '')[-500:]!r}; Ordeal ended "
+            + (", ".join(f"{e['pid']} {e['command']!r} ({e['why']})" for e in ended)
+               if ended else "none of its processes"),
+            record={"serves_again_after_s": None, "last_health": status})

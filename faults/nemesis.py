@@ -50,8 +50,9 @@ def _record(history: History, f: str, fault: Fault, action: Callable[[], dict[st
     try:
         result = action()
     except Exception as e:
-        note({"kind": fault.kind, "target": fault.target, "phase": "end"},
-             f"{type(e).__name__}: {e}")
+        # What the action did before it failed (FaultError.record) is kept.
+        note({**getattr(e, "record", {}), "kind": fault.kind, "target": fault.target,
+              "phase": "end"}, f"{type(e).__name__}: {e}")
         raise
     note({**result, "phase": "end"})
     return result
@@ -73,6 +74,7 @@ async def inject_then_heal(fault: Fault, history: History, after_s: float, hold_
         await asyncio.sleep(hold_s)
     except Exception as e:  # noqa: BLE001 - recorded, then we heal
         window.error = f"inject failed: {type(e).__name__}: {e}"
+        window.inject_result = dict(getattr(e, "record", {}))
     finally:
         t0 = time.monotonic()
         say(f"nemesis: heal {fault.kind} on {fault.target}")
@@ -84,6 +86,7 @@ async def inject_then_heal(fault: Fault, history: History, after_s: float, hold_
                 f"in {time.monotonic() - t0:.1f}s")
         except Exception as e:  # noqa: BLE001
             window.error = (window.error or "") + f" heal failed: {type(e).__name__}: {e}"
+            window.heal_result = dict(getattr(e, "record", {}))
     return window
 
 
@@ -97,6 +100,7 @@ async def _heal_window(fault: Fault, window: FaultWindow, history: History,
         say(f"nemesis: healed {fault.kind} on {fault.target} in {time.monotonic() - t0:.1f}s")
     except Exception as e:  # noqa: BLE001 - recorded in the window
         window.error = (window.error or "") + f" heal failed: {type(e).__name__}: {e}"
+        window.heal_result = dict(getattr(e, "record", {}))
 
 
 SLOW_ACTION_S = 1.0  # an action slower than this pushes the rest of a schedule back
@@ -149,6 +153,7 @@ async def run_schedule(steps: Sequence[Step], make: Callable[[Step], list[Fault]
                     window.injected = utc_iso()
                 except Exception as e:  # noqa: BLE001
                     window.error = f"inject failed: {type(e).__name__}: {e}"
+                    window.inject_result = dict(getattr(e, "record", {}))
                 active.setdefault(step.key, []).append((fault, window))
     finally:
         for pairs in active.values():

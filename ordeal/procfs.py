@@ -71,11 +71,31 @@ def environ(pid: int) -> dict[str, str]:
 
 def group_members(group: int) -> list[int]:
     """Live (non-zombie) pids whose process group is ``group``."""
+    return _members(2, group)
+
+
+def session_members(session: int) -> list[int]:
+    """Live (non-zombie) pids whose session is ``session``, in every
+    process group of it."""
+    return _members(3, session)
+
+
+def _members(field: int, value: int) -> list[int]:
     members = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         fields = stat_fields(int(entry))
-        if fields and fields[0] != "Z" and int(fields[2]) == group:
+        if fields and fields[0] != "Z" and int(fields[field]) == value:
             members.append(int(entry))
     return members
+
+
+def cmdline(pid: int) -> str:
+    """A process's command line, its arguments joined by spaces ("" when it
+    is gone or a kernel thread)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return " ".join(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a)

@@ -3,9 +3,10 @@ driven, broken through the user's hooks and judged (issue 24).
 
 The deployment here is started by plain shell scripts, not by Ordeal's
 cluster API: two real vLLM replicas and the real vllm-router, each launched
-by a ``start-<node>.sh`` that puts it in a session of its own and writes its
-group id to a pid file, as a supervisor would. The target file's hooks kill
-(``kill -KILL`` the group), restart (run the start script again), pause
+by a ``start-<node>.sh`` that writes its pid and execs the server, run under
+``setsid`` (so that pid is its group's id). The target file's hooks kill
+(``kill -KILL`` the group), restart (``setsid bash start-<node>.sh &``, a
+hook that returns at once: issue 47), pause
 (``kill -STOP``) and resume (``kill -CONT``) them. The smoke suites then run
 against it in a pytest of their own, as a user would run them, with an API
 key in the environment that no file of the run may contain. Their load is
@@ -55,16 +56,14 @@ SECRET = "sk-ordeal-test-0123456789abcdef"
 
 def start_script(path: Path, argv: list[str], env: dict[str, str], log: Path,
                  pidfile: Path) -> None:
-    """A start script that launches ``argv`` in a session of its own (its
-    group id = its pid) and writes that id to ``pidfile``."""
-    launcher = ("import subprocess,sys,os; "
-                f"p=subprocess.Popen(sys.argv[1:], start_new_session=True, "
-                f"stdout=open({str(log)!r},'ab'), stderr=subprocess.STDOUT, "
-                f"stdin=subprocess.DEVNULL); open({str(pidfile)!r},'w').write(str(p.pid))")
+    """A start script as a team writes one: it writes its pid and execs the
+    server, output to ``log``. Run under ``setsid`` (the heal hook's
+    ``setsid bash start.sh &``, issue 47), that pid is its group's id."""
     exports = "".join(f"export {k}={json.dumps(v)}\n" for k, v in env.items()
                       if k.isidentifier())
-    path.write_text(f"#!/bin/bash\n{exports}exec {sys.executable} -c {json.dumps(launcher)} "
-                    + " ".join(json.dumps(a) for a in argv) + "\n")
+    path.write_text(f"#!/bin/bash\n{exports}echo $$ > {json.dumps(str(pidfile))}\n"
+                    "exec " + " ".join(json.dumps(a) for a in argv)
+                    + f" >> {json.dumps(str(log))} 2>&1 < /dev/null\n")
 
 
 def wait_health(url: str, timeout: float) -> None:
@@ -122,10 +121,10 @@ def plain_stack(tmp_path_factory):
     pidfiles = [d / f"{n}.pid" for n in (*nodes, "router")]
     try:
         for name in nodes:
-            subprocess.run(["bash", str(d / f"start-{name}.sh")], check=True)
+            subprocess.run(["setsid", "-f", "bash", str(d / f"start-{name}.sh")], check=True)
         for port in nodes.values():
             wait_health(f"http://127.0.0.1:{port}/health", 240)
-        subprocess.run(["bash", str(d / "start-router.sh")], check=True)
+        subprocess.run(["setsid", "-f", "bash", str(d / "start-router.sh")], check=True)
         wait_health(f"http://127.0.0.1:{pr}/health", 60)
         group = f"$(cat {d}/{{node}}.pid)"
         target = d / "target.toml"
@@ -156,7 +155,7 @@ def plain_stack(tmp_path_factory):
             kind = "process_kill"
             node = "*"
             inject = "kill -KILL -- -{group}"
-            heal = "bash {d}/start-{{node}}.sh"
+            heal = "setsid bash {d}/start-{{node}}.sh &"
             timeout_s = 30
 
             [[hook]]
@@ -210,7 +209,10 @@ def test_the_smoke_suites_run_on_a_deployment_ordeal_did_not_start(plain_stack, 
             assert invariants[name]["valid"] == "unknown", invariants[name]
             assert need in invariants[name]["details"]["not_judgeable"], invariants[name]
     [kill] = smoke["faults"]
-    assert kill["heal_result"]["heal_hook"]["command"].startswith("bash "), kill
+    # The heal hook returned at once (``setsid ... &``): the replica it started
+    # outlived it, and Ordeal ended nothing of it (issue 47).
+    assert kill["heal_result"]["heal_hook"]["command"].startswith("setsid "), kill
+    assert kill["heal_result"]["heal_hook"]["ended"] == [], kill
     assert kill["heal_result"]["restarted"] is True
     kinds = {w["kind"] for w in nemesis["faults"]}
     assert kinds == {"process_pause", "network_latency"}, nemesis["faults"]
@@ -434,10 +436,13 @@ def test_a_hook_that_leaves_a_child_returns_when_bash_does(tmp_path):
     assert done["inject_hook"]["exit_code"] == 0 and "started" in done["inject_hook"]["output"]
     assert done["inject_hook"]["seconds"] < 30
     pid = int(child.read_text())
-    state = (Path(f"/proc/{pid}/stat").read_text().split()[2]
-             if Path(f"/proc/{pid}").exists() else "gone")
-    assert state in ("gone", "Z"), state  # what was left of the hook's session was ended
-    fault.heal()
+    try:
+        # A background job of the hook is the user's (issue 47): left running.
+        assert Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+        assert done["inject_hook"]["ended"] == [], done
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        fault.heal()
 
 
 def test_the_api_key_is_scrubbed_from_what_the_server_says_back():
