@@ -7,9 +7,12 @@ script exits 0 whatever it reads.
     python .ci/budget.py .ci-out     # after bash .ci/run; stdlib only
 
 ``.ci/run`` writes, per step N: ``N.xml`` (pytest's JUnit XML), ``N.log``
-(the step's output) and ``N.time`` (``name<TAB>seconds``). A cluster start
-is a progress line ``... cluster ready in Ns`` (clusters/local.py,
-docker.py, ray.py).
+(the step's output) and ``N.time`` (``name<TAB>seconds``), and points
+``ORDEAL_CLUSTER_STARTS`` at ``cluster-starts.tsv``: every cluster start of
+the run, the tests' own and those of child pytests included, appends a line
+there (clusters/base.py ``note_start``). Without that file, the progress
+lines ``... cluster ready in Ns`` of the logs are counted (the plugin's
+session clusters only).
 """
 
 from __future__ import annotations
@@ -71,13 +74,27 @@ def report(out_dir: Path) -> str:
     for xml in sorted(out_dir.glob("*.xml")):
         for node, t in test_times(xml).items():
             times[f"{xml.stem}: {node}"] = t
-    for log in sorted(out_dir.glob("*.log")):
-        for m in READY.finditer(log.read_text(errors="replace")):
+    by_file: dict[str, list[float]] = {}
+    tsv = out_dir / "cluster-starts.tsv"
+    if tsv.exists():
+        for row in tsv.read_text(errors="replace").splitlines():
+            cols = row.split("\t")
+            if len(cols) < 5:
+                continue
             starts += 1
-            kind = m.group(1) or "local"
+            kind = f"{cols[0]}/{cols[1]}"
             by_kind[kind] = by_kind.get(kind, 0) + 1
+            by_file.setdefault(cols[4].split("::", 1)[0], []).append(float(cols[3] or 0))
+    else:
+        for log in sorted(out_dir.glob("*.log")):
+            for m in READY.finditer(log.read_text(errors="replace")):
+                starts += 1
+                kind = m.group(1) or "local"
+                by_kind[kind] = by_kind.get(kind, 0) + 1
     lines.append(f"cluster starts: {starts} "
                  f"({', '.join(f'{k} {n}' for k, n in sorted(by_kind.items())) or 'none'})")
+    for where, secs in sorted(by_file.items(), key=lambda kv: -sum(kv[1])):
+        lines.append(f"  {len(secs):3d} start(s), {sum(secs):6.0f}s to ready: {where}")
     lines.append(f"the {SLOWEST} slowest tests:")
     for node, t in sorted(times.items(), key=lambda kv: -kv[1])[:SLOWEST]:
         lines.append(f"  {t:7.1f}s  {node}")

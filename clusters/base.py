@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -37,6 +38,31 @@ def node_cpus(node: Any) -> list[int] | str:
     return sorted(cpus) if cpus else "all"
 
 
+#: A file each cluster start of this machine appends one line to (tab-
+#: separated: backend, engine, replicas, seconds, the pytest test that started
+#: it, pid), when the variable names one. ``.ci/run`` sets it; ``.ci/budget.py``
+#: counts the starts per CI run and per test (issue 46).
+STARTS_ENV = "ORDEAL_CLUSTER_STARTS"
+
+
+def note_start(backend: str, engine: str, replicas: int, seconds: float) -> None:
+    """Append this start to ``$ORDEAL_CLUSTER_STARTS`` (one ``write`` of one
+    line in append mode, so starts from several processes do not mix)."""
+    path = os.environ.get(STARTS_ENV)
+    if not path:
+        return
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0] or "-"
+    line = f"{backend}\t{engine}\t{replicas}\t{seconds:.1f}\t{test}\t{os.getpid()}\n"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # a count, never a reason for a start to fail
+
+
 class ClusterBase:
     backend: str
     engine: str
@@ -53,6 +79,15 @@ class ClusterBase:
         self.router: Any = None
         self.links: list[Link] = []
         self.proxy: ManagedProcess | None = None
+
+    def ready(self, t0: float, message: str) -> None:
+        """Say the cluster is up (``<backend> cluster ready in Ns: ...``, the
+        line users and ``.ci/budget.py`` read) and count the start."""
+        seconds = time.monotonic() - t0
+        prefix = "" if self.backend == "local" else f"{self.backend} "
+        self.progress(f"{prefix}cluster ready in {seconds:.0f}s: {message}")
+        note_start(self.backend, getattr(self, "engine", "?"),
+                   sum(1 for n in self.nodes if getattr(n, "role", None) == "replica"), seconds)
 
     @property
     def entrypoint(self) -> Endpoint:

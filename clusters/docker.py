@@ -456,8 +456,8 @@ class DockerCluster(ClusterBase):
         self.nodes.append(self.router)
         self.router.start()
         self.router.wait_ready(60)
-        self.progress(f"docker cluster ready in {time.monotonic() - t0:.0f}s: router at "
-                      f"{self.router.endpoint.url} in front of {len(replicas)} replica(s)")
+        self.ready(t0, f"router at {self.router.endpoint.url} in front of "
+                       f"{len(replicas)} replica(s)")
         return self
 
     def _create_network(self) -> None:

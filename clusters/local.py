@@ -53,8 +53,8 @@ class LocalCluster(HostFrontCluster):
                       f"{[r.endpoint.port for r in replicas]}; logs in {self.log_dir}")
         self._wait_all(replicas)
         self._start_front(replicas)
-        self.progress(f"cluster ready in {time.monotonic() - t0:.0f}s: router at "
-                      f"{self.router.endpoint.url} in front of {len(replicas)} replica(s)")
+        self.ready(t0, f"router at {self.router.endpoint.url} in front of "
+                       f"{len(replicas)} replica(s)")
         return self
 
     def stop(self) -> None:

@@ -631,8 +631,7 @@ class RayCluster(HostFrontCluster):
         self._start_front(replicas)
         placed = ", ".join(f"{r.name} on {getattr(self.ray_node_of(r), 'name', r.node_id)}"
                            for r in replicas)
-        self.progress(f"ray cluster ready in {time.monotonic() - t0:.0f}s: router at "
-                      f"{self.router.endpoint.url}; {placed}")
+        self.ready(t0, f"router at {self.router.endpoint.url}; {placed}")
         return self
 
     def _node_argv(self, head: bool, socket_prefix: str, resources: dict[str, float],
