@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from long_rotation import rotation_of
 
 from clusters.local import LocalCluster
 from engines.triton.server import check as triton_missing
@@ -143,6 +144,35 @@ def pytest_configure(config):
         "markers", "needs(name, why): the test needs a component that .ci/setup installs; "
         "why() (reason or None) is asked when the test is set up, before its fixtures "
         "(tests/conftest.py require_component: fail under CI, skip elsewhere)")
+    config.addinivalue_line(
+        "markers", "long(slot, covered_by): a test over two minutes; it runs when the "
+        "rotation picks its slot (tests/long_rotation.py), else covered_by says what covers "
+        "its ground meanwhile; pytest tests/ -m long runs them all")
+
+
+LONG_SAID = pytest.StashKey[list]()
+
+
+def _rotate_long_tests(config, items):
+    rotation = rotation_of(config.getoption("markexpr", "") or "")
+    said, keep, dropped = [], [], []
+    for item in items:
+        mark = item.get_closest_marker("long")
+        if mark is None:
+            keep.append(item)
+        elif rotation.full(mark.kwargs["slot"]):
+            said.append(f"  {item.nodeid}: runs")
+            keep.append(item)
+        else:
+            said.append(f"  {item.nodeid}: not this run (meanwhile: "
+                        f"{mark.kwargs.get('covered_by') or 'nothing'})")
+            dropped.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+    if said:
+        config.stash[LONG_SAID] = [f"long tests ({rotation.why}; pytest tests/ -m long runs "
+                                   "them all):", *said]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -154,12 +184,23 @@ def pytest_runtest_setup(item):
         require_component(name, why())
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     """No test of the suite's own may hang CI: each gets a 10-minute cap
-    (pytest-timeout), unless it sets its own."""
+    (pytest-timeout), unless it sets its own. Long tests rotate
+    (tests/long_rotation.py)."""
     for item in items:
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(600))
+    _rotate_long_tests(config, items)
+
+
+def pytest_collection_finish(session):
+    """Say at the start which long tests run in full, reduced or not at all."""
+    lines = session.config.stash.get(LONG_SAID, [])
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    for line in lines:
+        if reporter is not None:
+            reporter.write_line(line)
 
 
 @contextlib.contextmanager

@@ -40,6 +40,8 @@ def complete(base_url: str, model: str) -> tuple[dict, str | None]:
         return json.loads(resp.read()), resp.headers.get("x-ordeal-node")
 
 
+@pytest.mark.long(slot=2, covered_by="tests/test_docker_backend.py (the "
+                  "mounted engine) and the refusal test below (the image path)")
 def test_replicas_run_the_images_own_vllm_with_only_the_model_and_logs_mounted(tmp_path):
     client = docker_client()
     tag = ensure_engine_image(client, progress=print)

@@ -48,6 +48,8 @@ def injected(history: Path) -> int:
 
 
 @pytest.mark.cluster
+@pytest.mark.long(slot=1, covered_by="the resume of a SIGKILLed history in "
+                  "tests/test_history.py and its summary in tests/test_resume_timing.py")
 @pytest.mark.timeout(1500)
 def test_a_killed_endurance_run_resumes_and_covers_both_halves(tmp_path, ordeal_say):
     runs = tmp_path / "runs"

@@ -42,6 +42,8 @@ NARROW = ExplorePlan(faults=engine_pauses, holds=lambda: st.sampled_from([1, 10]
 
 
 @pytest.mark.cluster
+@pytest.mark.long(slot=0,
+                  covered_by="tests/test_replay.py replays the committed reproducer")
 @pytest.mark.timeout(BUDGET_S + OVERRUN_S + 400)
 def test_an_exploration_finds_shrinks_and_replays_a_failure(ordeal_cluster, ordeal_run,
                                                             ordeal_say, tmp_path):

@@ -173,6 +173,8 @@ def plain_stack(tmp_path_factory):
 
 
 @pytest.mark.cluster
+@pytest.mark.long(slot=2, covered_by="the hook tests here and in "
+                  "tests/test_hook_processes.py, on real bash and a real server process")
 @pytest.mark.timeout(900)
 def test_the_smoke_suites_run_on_a_deployment_ordeal_did_not_start(plain_stack, ordeal_say):
     d, target = plain_stack
