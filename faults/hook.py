@@ -157,7 +157,7 @@ def run_hook(what: str, command: str, labels: dict[str, str], timeout_s: float,
     t0 = time.monotonic()
     with tempfile.TemporaryFile() as out:
         try:
-            proc = subprocess.Popen(["bash", "-c", f"set -m\n{command}"], stdout=out,
+            proc = subprocess.Popen(["bash", "-c", f"set -m; {command}"], stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=env, start_new_session=True)
         except OSError as e:
@@ -165,10 +165,9 @@ def run_hook(what: str, command: str, labels: dict[str, str], timeout_s: float,
         # Waited for without reaping: while bash is a zombie its pid, group
         # id and session id stay its own, so nothing ended below is another's.
         timed_out = not _exited(proc.pid, t0 + timeout_s)
-        if timed_out:
-            ended = end_left_over(proc.pid, whole_session=True, secrets=secrets)
-        else:
-            ended = end_left_over(proc.pid, whole_session=False, secrets=secrets)
+        ended = end_left_over(proc.pid, whole_session=timed_out, secrets=secrets)
+        if timed_out and proc.poll() is None:
+            proc.kill()  # bash itself, not yet reaped: its pid is still its own
         proc.wait()
         out.seek(0)
         raw = out.read()
@@ -247,11 +246,23 @@ def end_left_over(leader: int, whole_session: bool, secrets: list[str],
 
 def _kill_member(pid: int, leader: int, whole_session: bool) -> bool:
     """SIGKILL ``pid`` if, once a pidfd holds it, it is still a member of
-    the hook's group (or session). True when it was sent."""
+    the hook's group (or session). True when it was sent. Where pidfds are
+    not to be had (an old kernel, a sandbox), by pid after the same check:
+    the hook's leader is not reaped yet, so its group and session ids are
+    not another's."""
     try:
         fd = os.pidfd_open(pid)
-    except OSError:
+    except ProcessLookupError:
         return False
+    except OSError:
+        fields = procfs.stat_fields(pid)
+        if not fields or int(fields[3 if whole_session else 2]) != leader:
+            return False
+        try:
+            os.kill(pid, signal.SIGKILL)
+            return True
+        except OSError:
+            return False
     try:
         fields = procfs.stat_fields(pid)
         if not fields or int(fields[3 if whole_session else 2]) != leader:

@@ -208,17 +208,23 @@ class NodesServeAtEnd(StreamingChecker):
         super().start(ctx)
         self.drained: dict[str, dict[str, Any]] = {}
         self.left_down: dict[str, str] = {}  # node -> the fault that leaves it down
-        self.injected: set[str] = set()
+        self.injected: dict[str, int] = {}  # node -> faults injected and not yet healed
 
     def feed(self, op: Op) -> None:
+        if op.process == MONITOR and op.f == "gap":
+            self.injected.clear()  # a resumed harness healed what the dead one left in
+            return
         if op.process == NEMESIS and isinstance(op.value, dict):
             v, target = op.value, op.value.get("target")
             if not isinstance(target, str) or v.get("phase") != "end":
                 return
-            if op.f == "inject":
-                self.injected.add(target)
-            elif op.f == "heal":
-                self.injected.discard(target)
+            if op.f == "inject" and not op.error:
+                self.injected[target] = self.injected.get(target, 0) + 1
+            elif op.f == "heal" and not v.get("already_healed"):
+                if self.injected.get(target):
+                    self.injected[target] -= 1
+                if op.error:
+                    return  # a heal that failed says nothing of what it left
                 if v.get("restarted") is False and not v.get("why"):  # "why": it still ran
                     self.left_down[target] = f"{v.get('kind')} (its heal did not restart it)"
                 else:
@@ -232,7 +238,7 @@ class NodesServeAtEnd(StreamingChecker):
         problems = []
         for node, v in sorted(self.drained.items()):
             why_down = self.left_down.get(node) or (
-                "a fault on it never healed" if node in self.injected else None)
+                "a fault on it never healed" if self.injected.get(node) else None)
             nodes[node] = {"health": v.get("health"), **({"left_down_by": why_down}
                                                           if why_down else {})}
             if v.get("health") == 200 or why_down:

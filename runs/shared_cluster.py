@@ -40,6 +40,7 @@ def revive_down_nodes(cluster: Any, ready_timeout_s: float,
         exit_code = getattr(node, "exit_code", None)
         restarted.append({"node": node.name, "down": why.strip(" ()") or "not running",
                           "exit_code": exit_code() if callable(exit_code) else None})
+        node.stop(grace=5.0)  # what is left of its group (an engine child holding a port)
         node.start()
         node.wait_ready(ready_timeout_s)
     return restarted

@@ -154,13 +154,18 @@ LONG_SAID = pytest.StashKey[list]()
 
 
 def _rotate_long_tests(config, items):
-    rotation = rotation_of(config.getoption("markexpr", "") or "")
+    try:
+        rotation = rotation_of(config.getoption("markexpr", "") or "")
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
+    named = {a for a in config.args if "::" in a}  # a test named on the command line runs
     said, keep, dropped = [], [], []
     for item in items:
         mark = item.get_closest_marker("long")
         if mark is None:
             keep.append(item)
-        elif rotation.full(mark.kwargs["slot"]):
+        elif rotation.full(mark.kwargs.get("slot", mark.args[0] if mark.args else 0)) or (
+                item.nodeid in named):
             said.append(f"  {item.nodeid}: runs")
             keep.append(item)
         else:

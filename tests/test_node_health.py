@@ -119,6 +119,23 @@ def test_a_node_that_does_not_serve_at_the_end_fails_unless_a_fault_left_it_down
     # A fault on it still in at the end (never healed) holds it down.
     held = [nemesis(5, "inject"), *dead]
     assert NodesServeAtEnd().check(held, RunContext()).valid is True
+    # A later fault on the node left down finds it down: its "already healed"
+    # heal, or a heal that failed, does not take the exemption back.
+    later = [nemesis(5, "inject"), nemesis(7, "heal", restarted=False),
+             nemesis(9, "heal", already_healed=True),
+             Op(0, 10 * S, "w", "info", "nemesis", "heal",
+                {"kind": "process_kill", "target": "replica-1", "phase": "end"},
+                "FaultError: replica-1 is not running"), *dead]
+    assert NodesServeAtEnd().check(later, RunContext()).valid is True
+    # Two faults on the node, one healed: the other still holds it down.
+    two = [nemesis(5, "inject"), nemesis(6, "inject"), nemesis(7, "heal", restarted=True),
+           *dead]
+    assert NodesServeAtEnd().check(two, RunContext()).valid is True
+    # A fault the dead harness left in was healed at the resume (the gap):
+    # a crash after it is a finding.
+    gap = Op(0, 10 * S, "w", "info", "monitor", "gap", {"down_s": 3.0})
+    assert NodesServeAtEnd().check([nemesis(5, "inject"), gap, *dead],
+                                   RunContext()).valid is False
     # No drain round (the run stopped early): could not see.
     assert NodesServeAtEnd().check(up[:2], RunContext()).valid == "unknown"
 
