@@ -1,9 +1,20 @@
 """process_kill: SIGKILL one replica's tree and restart it (the smoke suite
 does this under a longer load; this is the short, per-fault form)."""
 
+import dataclasses
+
 import pytest
 
 from runs.single_fault import run_single_fault
+
+#: The TTFT this suite's long-answer load is judged against when no --slo
+#: file is given: answers of 200-300 tokens at 2/s keep the 2-core CI
+#: machine's two CPU replicas near their capacity, and steady-state TTFT
+#: outliers of 1.7-2.3 s were measured there (docs/DEVELOPING.md, "A node
+#: that dies on its own"); the default 2 s target is for short answers.
+#: fault_slo's default TTFT inside fault windows is the same 4 s. The
+#: summary records the targets used (slo_latency/goodput details).
+LONG_ANSWER_TTFT_MS = 4000.0
 
 pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 
@@ -50,12 +61,16 @@ def test_one_process_killed_alone_takes_its_node_down_and_leaves_no_orphan(ordea
     r.assert_verdict()  # the whole verdict, known findings applied
 
 
-def test_long_streams_cut_by_a_kill_end_with_their_cause(ordeal_run):
+def test_long_streams_cut_by_a_kill_end_with_their_cause(ordeal_run, request):
     """Answers of 200-300 tokens, so streams are in flight on the replica
     when it dies: each must end fail/info with its cause, never ok and
     short (stream_continuity), and how many each kill cost is a figure;
     after the heal the restarted replica serves again and every request
     succeeds."""
+    if request.config.getoption("--slo") is None:
+        settings = ordeal_run.checker_settings
+        ordeal_run.checker_settings = dataclasses.replace(
+            settings, slo=dataclasses.replace(settings.slo, ttft_ms=LONG_ANSWER_TTFT_MS))
     r = run_single_fault(ordeal_run, "process_kill", "replica-1", hold_s=2.0, rate=2.0,
                          load_s=20.0, max_tokens=(200, 300))
     assert r.effect["took_effect"], r.effect  # seen in the system's state
