@@ -189,6 +189,7 @@ def pytest_runtest_setup(item):
         require_component(name, why())
 
 
+@pytest.hookimpl(trylast=True)  # after -m/-k deselected theirs: the rotation sees what runs
 def pytest_collection_modifyitems(config, items):
     """No test of the suite's own may hang CI: each gets a 10-minute cap
     (pytest-timeout), unless it sets its own. Long tests rotate

@@ -68,6 +68,7 @@ def test_asked_once_per_test():
 def test_the_needs_marker_is_asked_per_test_before_its_fixtures(tmp_path, ci):
     """What ``CI=true`` with dockerd stopped gives, without stopping it."""
     (tmp_path / "conftest.py").write_text((TESTS / "conftest.py").read_text())
+    (tmp_path / "long_rotation.py").write_text((TESTS / "long_rotation.py").read_text())
     (tmp_path / "test_needs.py").write_text(textwrap.dedent(MODULE))
     env = {"PATH": "/usr/bin:/bin", "CI": ci, "PYTHONPATH": str(TESTS.parent)}
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",

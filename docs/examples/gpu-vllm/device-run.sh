@@ -97,16 +97,16 @@ wait_health() {  # url pid log [seconds] -> 0 when /health says 200
     say "not ready after $limit s"; tail -15 "$log"; return 1
 }
 complete() {  # url node-label
-    curl -s -D $OUT/h.txt $1/v1/completions -H 'content-type: application/json' \
+    curl -s -D /tmp/h.txt $1/v1/completions -H 'content-type: application/json' \
         -d '{"model":"ordeal-tiny","prompt":"ba be bi","max_tokens":16,"temperature":0}' | head -c 600; echo
-    echo "  x-ordeal-node: $(grep -i '^x-ordeal-node' $OUT/h.txt | cut -d' ' -f2 | tr -d '\r')"
+    echo "  x-ordeal-node: $(grep -i '^x-ordeal-node' /tmp/h.txt | cut -d' ' -f2 | tr -d '\r')"
 }
 stream() {
     curl -sN $1/v1/completions -H 'content-type: application/json' \
         -d '{"model":"ordeal-tiny","prompt":"ca ce ci","max_tokens":8,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}' \
-        > $OUT/stream.txt
-    echo "  $(grep -c '^data: {' $OUT/stream.txt) data chunks, last: $(grep '^data:' $OUT/stream.txt | tail -1)"
-    grep '^data: {' $OUT/stream.txt | tail -1 | cut -c1-300
+        > /tmp/stream.txt
+    echo "  $(grep -c '^data: {' /tmp/stream.txt) data chunks, last: $(grep '^data:' /tmp/stream.txt | tail -1)"
+    grep '^data: {' /tmp/stream.txt | tail -1 | cut -c1-300
 }
 gpu_mem() { nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader; }
 
