@@ -31,13 +31,14 @@ EXCLUDE = {canonicalize_name(n) for n in """
     tokenspeed-mla nvidia-cutlass-dsl nvidia-cutlass-dsl-libs-base nvidia-cutlass-dsl-libs-cu13
     quack-kernels nvidia-cuda-nvcc nvidia-nvvm nvidia-cuda-nvcc-cu13 tilelang z3-solver
     opencv-python-headless numba llvmlite pynvvideocodec torchcodec flashinfer-python
-    flashinfer-cubin apache-tvm-ffi humming-kernels
+    flashinfer-cubin humming-kernels nvidia-cudnn-frontend
 """.split()}
 # The device's version is kept although a requirement excludes it (walked no further).
 KEEP_DEVICE = {"numpy"}   # mistral-common 1.13.1 asks numpy<2.4; the device has 2.5.2
 # Versions chosen by hand where the first requirement met would pick a release that a
 # later one excludes.
-PINS = {"opentelemetry-api": "==1.45.2"}  # opentelemetry-sdk 1.45.2 pins it
+PINS = {"opentelemetry-api": "==1.45.2",  # opentelemetry-sdk 1.45.2 pins it
+        "xgrammar": "==0.2.7"}  # 0.2.8+ need apache-tvm-ffi>=0.1.11, vLLM pins 0.1.10
 ENV = {"python_version": "3.12", "python_full_version": "3.12.3", "platform_system": "Linux",
        "platform_machine": "x86_64", "sys_platform": "linux", "os_name": "posix",
        "implementation_name": "cpython", "platform_python_implementation": "CPython"}
