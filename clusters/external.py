@@ -55,6 +55,23 @@ UNAVAILABLE = {
 }
 
 
+def provided_by(target: TargetSpec) -> dict[str, str]:
+    """Data Ordeal's own nodes give that this deployment gives its own way,
+    and how: each invariant judged on it says so (``judged_with``)."""
+    header = target.replica_header
+    if header is None:
+        return {}
+    return {"node_attribution": f"the deployment's {header} response header (replica_header in "
+                                f"{target.path.name}), each value placed on the replica that "
+                                "claims it"}
+
+
+def unavailable_on(target: TargetSpec) -> dict[str, str]:
+    """What this deployment cannot give the checkers, and why."""
+    given = provided_by(target)
+    return {k: v for k, v in UNAVAILABLE.items() if k not in given}
+
+
 def _host_port(text: str, server_host: str) -> Endpoint:
     """A Toxiproxy ``listen``/``upstream`` (``HOST:PORT``) as an endpoint; a
     wildcard listen address is the server's own host."""
@@ -138,7 +155,9 @@ class ExternalCluster(ClusterBase):
             # name (an ingress routes by it).
             host_header=(None if not target.fault_proxy else
                          entry.host if default_port else f"{entry.host}:{entry.port}"),
-            follow_redirects=False)
+            follow_redirects=False,
+            **({} if target.replica_header is None else {
+                "node_header": target.replica_header, "node_names": target.node_names()}))
 
     # -- what can run -----------------------------------------------------
     def unsupported(self, kind: str) -> str | None:
@@ -150,7 +169,10 @@ class ExternalCluster(ClusterBase):
         return [n.name for n in self.nodes if self.target.hook(kind, n.name) is not None]
 
     def unavailable(self) -> dict[str, str]:
-        return dict(UNAVAILABLE)
+        return unavailable_on(self.target)
+
+    def provided(self) -> dict[str, str]:
+        return provided_by(self.target)
 
     def hook_fault(self, kind: str, node: Any, run_id: str, ledger: Any,
                    params: dict[str, Any]) -> Any:
@@ -234,4 +256,5 @@ class ExternalCluster(ClusterBase):
                        "fingerprint": n.fingerprint(), "command": None}
                       for n in self.nodes],
             "unavailable": self.unavailable(),
+            "provided": self.provided(),
         }

@@ -31,6 +31,14 @@ class RunContext:
     #: no served journals, no process trees); a checker that ``needs`` one
     #: reports "unknown" with the reason (``not_judgeable``).
     unavailable: dict[str, str] = field(default_factory=dict)
+    #: The cluster's replica names (``replica-0``... on Ordeal's clusters;
+    #: what the target file names on an external one): which fault targets
+    #: are replicas, for failover and fault_slo (``failover.victim_of``).
+    replicas: tuple[str, ...] = ()
+    #: Data this cluster gives its own way, and how (an external deployment
+    #: naming its replicas in a header of its own): a checker that ``needs``
+    #: it says so in ``judged_with``.
+    provided: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -150,6 +158,9 @@ def not_judgeable(checker: object, result: Result, ctx: RunContext) -> Result:
     A False stands: what it found is in the data it had."""
     missing = {n: ctx.unavailable[n] for n in getattr(checker, "needs", ())
                if n in ctx.unavailable}
+    given = {n: ctx.provided[n] for n in getattr(checker, "needs", ()) if n in ctx.provided}
+    if given:
+        result.details["judged_with"] = given
     if not missing:
         return result
     result.details["not_judgeable"] = missing

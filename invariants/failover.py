@@ -33,7 +33,8 @@ Figures per window (the latest ``MAX_WINDOW_ROWS`` shown, all of them in
 the maxima). No window of that kind: ``unknown`` is not claimed; the
 checker is valid with ``windows: 0`` (nothing to fail over), as the report
 shows. A request without a node in its answer that ended ``ok`` cannot be
-placed and is counted in ``unplaced``.
+placed and is counted in ``unplaced``; when no answer of the run named a
+replica and a window needed one, the result is ``unknown``.
 
 Memory: the invoke time of each request in flight, one row per shown
 window, one ``violations_by_window`` and one ``measured_by_window`` entry
@@ -60,15 +61,22 @@ from .planted import is_withdrawn
 STOPS = frozenset({"process_kill", "process_pause", "network_partition", "ray_node_loss",
                    "ray_node_pause", "ray_node_partition"})
 MAX_WINDOW_ROWS = 32
+NO_NODE_NAMED = ("faults stopped replicas, but no answer named the replica that served it: "
+                 "where requests went cannot be seen")
 _LINK = re.compile(r"^router-(replica-\d+)(-grpc)?$")
 
 
-def victim_of(target: str) -> str | None:
+def victim_of(target: str, replicas: tuple[str, ...] = ()) -> str | None:
     """The replica a fault on ``target`` stops: itself, or the far end of a
     router->replica link; None for any other target (the router, a client
-    link: no failover to judge)."""
-    if re.fullmatch(r"replica-\d+", target):
+    link: no failover to judge). ``replicas``: the cluster's replica names
+    (``RunContext.replicas``), so that a replica an external target file
+    calls ``pod-a`` is a victim too; Ordeal's own are ``replica-N``."""
+    if target in replicas or re.fullmatch(r"replica-\d+", target):
         return target
+    for name in replicas:
+        if target in (f"router-{name}", f"router-{name}-grpc"):
+            return name
     m = _LINK.match(target)
     return m.group(1) if m else None
 
@@ -128,7 +136,7 @@ class Failover(StreamingChecker):
         if change is None:
             return
         w = change.window
-        victim = victim_of(w.target)
+        victim = victim_of(w.target, self.ctx.replicas)
         if w.kind not in STOPS or victim is None:
             return
         if change.what == OPENED:
@@ -262,4 +270,10 @@ class Failover(StreamingChecker):
             "windows_not_shown": self.dropped,
         }
         bad = self.late_total or self.not_readmitted
+        if not bad and self.windows and not self.nodes:
+            # No answer named a replica (a replica_header whose values no
+            # replica claims, say): every window would look like one on the
+            # only replica, and a pass would rest on nothing.
+            details["why"] = NO_NODE_NAMED
+            return Result(self.name, "unknown", details, [])
         return Result(self.name, not bad, details, list(self.examples))

@@ -41,7 +41,7 @@ from ordeal.history.ops import HARNESS, Op
 from ordeal.history.windows import CLOSED, HEALING, INJECT_FAILED, OPENED, FaultWindows
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
-from .failover import STOPS, victim_of
+from .failover import NO_NODE_NAMED, STOPS, victim_of
 from .histogram import LatencyHistogram
 from .planted import is_withdrawn
 from .settings import FaultSLOTargets
@@ -113,7 +113,7 @@ class FaultSLO(StreamingChecker):
         if change is None:
             return
         w = change.window
-        victim = victim_of(w.target)
+        victim = victim_of(w.target, self.ctx.replicas)
         if w.kind not in STOPS or victim is None:
             return
         if change.what == OPENED:
@@ -234,4 +234,7 @@ class FaultSLO(StreamingChecker):
             "windows_shown": shown,
             "windows_not_shown": self.retired_rows,
         }
+        if not totals["violations"] and totals["windows"] and not self.nodes:
+            details["why"] = NO_NODE_NAMED  # every window would be "alone": nothing judged
+            return Result(self.name, "unknown", details, [])
         return Result(self.name, not totals["violations"], details, examples)

@@ -676,12 +676,23 @@ def answer_shape(payload: dict[str, Any]) -> tuple[dict[str, Any], str, dict[str
     return choice, text, usage
 
 
+NODE_HEADER = "x-ordeal-node"  # what Ordeal's own replicas add (engines/vllm/node_header.py)
+
+
+def _ordeal_node(headers: Any) -> str | None:
+    return headers.get(NODE_HEADER)
+
+
 async def send_request(session: aiohttp.ClientSession, base_url: str, req: PlannedRequest,
                        model: str, timeout_s: float, return_token_ids: bool = False,
                        request_id: str | None = None,
-                       post_kwargs: dict[str, Any] | None = None) -> Outcome:
+                       post_kwargs: dict[str, Any] | None = None,
+                       node_of: Callable[[Any], str | None] | None = None) -> Outcome:
     """Send one request and classify what happened. Never raises for anything
     the server or the network does; only cancellation propagates.
+
+    ``node_of``: which replica answered, from the response headers
+    (``ClientOptions.node_of``); by default Ordeal's own ``x-ordeal-node``.
 
     ``request_id`` goes out as ``x-request-id``; routers forward it and each
     replica's served journal records it, which is how a router's retry (one
@@ -698,7 +709,7 @@ async def send_request(session: aiohttp.ClientSession, base_url: str, req: Plann
                                 timeout=timeout, headers=headers,
                                 **(post_kwargs or {})) as resp:
             status = resp.status
-            node = resp.headers.get("x-ordeal-node")
+            node = (node_of or _ordeal_node)(resp.headers)
             if status != 200:
                 body = (await resp.content.read(2048)).decode("utf-8", errors="replace")
                 kind = "info" if status >= 500 else "fail"
@@ -844,6 +855,19 @@ class ClientOptions:
     server_hostname: str | None = None
     host_header: str | None = None  # the deployment's own name, through the proxy
     follow_redirects: bool = True  # False: a redirect to an unchecked host is not followed
+    #: The response header naming the replica that answered (the target
+    #: file's ``replica_header``), and which value means which replica
+    #: (value -> name: each replica's name, its URL's ``host:port`` and its
+    #: ``served_as`` values). A value no replica claims is no node (the
+    #: checkers count the answer as unplaced), never a guess.
+    node_header: str = NODE_HEADER
+    node_names: tuple[tuple[str, str], ...] = ()
+
+    def node_of(self, headers: Any) -> str | None:
+        value = headers.get(self.node_header)
+        if value is None or not self.node_names:
+            return value
+        return dict(self.node_names).get(value.strip())
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
@@ -899,6 +923,7 @@ class OpenAIClient:
         self.spec = spec
         self.base_url = base_url.rstrip("/")
         options = options or ClientOptions()
+        self.node_of = options.node_of
         self.post_kwargs: dict[str, Any] = {}
         if not options.follow_redirects:
             self.post_kwargs["allow_redirects"] = False
@@ -917,7 +942,7 @@ class OpenAIClient:
         async def call() -> Outcome:
             out = await send_request(self.session, self.base_url, req, self.spec.model,
                                      self.spec.timeout_s, self.spec.return_token_ids,
-                                     request_id, self.post_kwargs)
+                                     request_id, self.post_kwargs, self.node_of)
             return scrubbed(out, self.secret) if self.secret else out
         return Prepared(req.endpoint, {}, call)
 

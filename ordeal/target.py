@@ -27,6 +27,7 @@ Reference (README "Test a running deployment")::
     ready_timeout_s = 300                 # how long a node may take to serve again
     trusted_without_evidence = ["http_fault"]  # kinds whose windows pass unobserved (optional)
     hook_env = ["KUBECONFIG"]             # variables the hooks get besides PATH, HOME, LANG
+    replica_header = "x-served-by"        # response header naming the replica (optional)
     [tls]                                 # https entrypoints
     verify = true
     ca_file = "/path/ca.pem"
@@ -35,6 +36,7 @@ Reference (README "Test a running deployment")::
     url = "http://10.0.0.11:8000"
     health_path = "/health"
     metrics_path = "/metrics"
+    served_as = ["10.0.0.11:8000"]        # replica_header values that mean this replica
     [toxiproxy]                           # a Toxiproxy server of the user's (optional)
     url = "http://10.0.0.12:8474"
     links = { "router-replica-0" = "vllm-0" }  # link -> its Toxiproxy proxy
@@ -71,7 +73,9 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOP = {"name", "engine", "model", "entrypoint", "entrypoint_health_path", "api_key_env",
         "headers", "fault_proxy", "ready_timeout_s", "tls", "replica", "hook", "toxiproxy",
-        "trusted_without_evidence", "hook_env"}
+        "trusted_without_evidence", "hook_env", "replica_header"}
+#: An HTTP header name (RFC 9110 token).
+_HEADER = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")
 #: The kinds ``trusted_without_evidence`` may name: those that can act on an
 #: external deployment (a hook's node kinds, the proxies' link kinds).
 TRUSTABLE_KINDS = tuple(sorted({*HOOK_KINDS, *LINK_KINDS}))
@@ -98,6 +102,14 @@ class ReplicaTarget:
     url: TargetURL
     health_path: str = "/health"
     metrics_path: str = "/metrics"
+    #: Values of the target's ``replica_header`` that mean this replica,
+    #: besides its name and its URL's ``host:port``.
+    served_as: tuple[str, ...] = ()
+
+    def header_values(self) -> tuple[str, ...]:
+        """Every value of ``replica_header`` that names this replica."""
+        host = f"[{self.url.host}]" if ":" in self.url.host else self.url.host
+        return tuple(dict.fromkeys((self.name, f"{host}:{self.url.port}", *self.served_as)))
 
 
 @dataclass(frozen=True)
@@ -178,6 +190,14 @@ class TargetSpec:
     #: The sha256 of the file's bytes as read: the ledger entry of a hook's
     #: fault records it, and heal-all says when the file changed since.
     sha256: str = ""
+    #: The response header in which the deployment names the replica that
+    #: answered (a gateway's ``x-served-by``, say): failover and fault_slo
+    #: are then judged; without it they are "unknown" (clusters/external.py).
+    replica_header: str | None = None
+
+    def node_names(self) -> tuple[tuple[str, str], ...]:
+        """``replica_header`` value -> replica name (load.workload.ClientOptions)."""
+        return tuple((v, r.name) for r in self.replicas for v in r.header_values())
 
     def hook(self, kind: str, node: str) -> Hook | None:
         """The hook for ``kind`` on ``node``: the node's own, else the
@@ -237,7 +257,9 @@ class TargetSpec:
                 "hook_env": list(self.hook_env), "sha256": self.sha256,
                 "toxiproxy": None if self.toxiproxy is None else {
                     "url": self.toxiproxy.url.url, "links": dict(self.toxiproxy.links)},
-                "trusted_without_evidence": list(self.trusted_without_evidence)}
+                "trusted_without_evidence": list(self.trusted_without_evidence),
+                "replica_header": self.replica_header,
+                "served_as": {r.name: list(r.served_as) for r in self.replicas if r.served_as}}
 
 
 def _fail(path: Path, where: str, what: str) -> ConfigError:
@@ -327,7 +349,7 @@ def read_target_file(path: str | Path) -> TargetSpec:
         where = f"[[replica]] #{i + 1}"
         if not isinstance(r, dict):
             raise _fail(p, where, "give a table with name and url")
-        _table_keys(p, where, r, {"name", "url", "health_path", "metrics_path"})
+        _table_keys(p, where, r, {"name", "url", "health_path", "metrics_path", "served_as"})
         name = _str(p, f"{where} name", r.get("name"))
         if not _NAME.fullmatch(name) or name == "router":
             raise _fail(p, f"{where} name", f"{name!r}: use letters, digits, '-', '_', '.' "
@@ -337,11 +359,20 @@ def read_target_file(path: str | Path) -> TargetSpec:
         for k, v in paths.items():
             if not v.startswith("/"):
                 raise _fail(p, f"{where} {k}", f"{v!r}: a path begins with /")
+        served_as = r.get("served_as", [])
+        if isinstance(served_as, str):
+            served_as = [served_as]
+        if not isinstance(served_as, list) or not all(
+                isinstance(v, str) and v.strip() == v and v for v in served_as):
+            raise _fail(p, f"{where} served_as", "give the replica_header values that mean "
+                                                 "this replica, e.g. served_as = "
+                                                 "[\"10.0.0.11:8000\"]")
         replicas.append(ReplicaTarget(name, parse_url(p, f"{where} url", r.get("url")),
-                                      **paths))
+                                      **paths, served_as=tuple(served_as)))
     names = [r.name for r in replicas]
     if len(set(names)) != len(names):
         raise _fail(p, "[[replica]]", f"names repeat: {names}")
+    replica_header = _replica_header(p, data.get("replica_header"), replicas)
     hooks = []
     for i, h in enumerate(data.get("hook", [])):
         where = f"[[hook]] #{i + 1}"
@@ -382,7 +413,29 @@ def read_target_file(path: str | Path) -> TargetSpec:
                       TLS(tls_t.get("verify", True), ca), tuple(replicas), tuple(hooks),
                       toxiproxy, entry_health, trusted,
                       hook_env=tuple(dict.fromkeys(hook_env)),
-                      sha256=hashlib.sha256(raw).hexdigest())
+                      sha256=hashlib.sha256(raw).hexdigest(), replica_header=replica_header)
+
+
+def _replica_header(p: Path, value: Any, replicas: list[ReplicaTarget]) -> str | None:
+    """``replica_header = "x-served-by"``: a header name, with the replicas
+    named (their values must say which one answered) and no value claimed
+    by two of them."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _HEADER.fullmatch(value):
+        raise _fail(p, "replica_header", f"{value!r}: give the name of the response header "
+                                         "that names the replica, e.g. \"x-served-by\"")
+    if not replicas:
+        raise _fail(p, "replica_header", "name the replicas ([[replica]] with name and url; "
+                                         "served_as for other values) so that a value of "
+                                         f"{value} can be placed on one")
+    owners: dict[str, str] = {}
+    for r in replicas:
+        for v in r.header_values():
+            if owners.setdefault(v, r.name) != r.name:
+                raise _fail(p, "served_as", f"{v!r} names both {owners[v]} and {r.name}; "
+                                            "give each value to one replica")
+    return value.lower()
 
 
 def _trusted_kinds(p: Path, value: Any) -> tuple[str, ...]:

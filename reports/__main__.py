@@ -103,8 +103,14 @@ def cmd_show(run_dir: Path, out: Any) -> int:
     out.write(f"run      {s.get('run_id', run_dir.name)}\n"
               f"suite    {s.get('suite', '?')}\n"
               f"time     {s.get('started', '?')} .. {s.get('ended', '?')}\n"
-              f"verdict  {str(s.get('verdict', 'unknown')).upper()}\n"
-              f"ops      {json.dumps(s.get('ops', {}))}\n")
+              f"verdict  {str(s.get('verdict', 'unknown')).upper()}\n")
+    scope = s.get("scope") if isinstance(s.get("scope"), dict) else {}
+    for name, v in (scope.get("not_judged") or {}).items():
+        if isinstance(v, dict):  # what the verdict does not cover, first (issue 47)
+            out.write(f"scope    not judged: {name}"
+                      f"{' (REQUIRED by --require-judged)' if v.get('required') else ''}: "
+                      f"{str(v.get('why', ''))[:200]}\n")
+    out.write(f"ops      {json.dumps(s.get('ops', {}))}\n")
     for f in s.get("faults") or []:
         if isinstance(f, dict):
             out.write(f"fault    {f.get('kind')} on {f.get('target')}: {f.get('injected')} .. "

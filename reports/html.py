@@ -47,6 +47,7 @@ table{border-collapse:collapse;margin:8px 0} td,th{border:1px solid #ddd;padding
  vertical-align:top;text-align:left} th{background:#f3f3f3}
 .valid-true{color:#2ca02c;font-weight:bold} .valid-false{color:#d62728;font-weight:bold}
 .valid-unknown{color:#e69500;font-weight:bold}
+.scope{background:#fff8e6;border:1px solid #e69500;padding:4px 12px;margin:8px 0}
 .problems{background:#fff3f3;border:1px solid #d62728;padding:8px 12px;margin:12px 0}
 .mono,pre{font-family:ui-monospace,monospace;font-size:12px;white-space:pre-wrap;
  word-break:break-all} .focus{background:#fff0c0} .small{color:#666;font-size:12px}
@@ -113,6 +114,22 @@ def _counterexamples(cxs: Any, linked: set[int]) -> str:
     return "<br>".join(rows) + more
 
 
+def _scope(summary: dict[str, Any]) -> str:
+    """Right under the verdict: what it does not cover (issue 47), each
+    invariant left out with why, and those ``--require-judged`` named."""
+    scope = summary.get("scope") if isinstance(summary.get("scope"), dict) else {}
+    left = scope.get("not_judged") if isinstance(scope.get("not_judged"), dict) else {}
+    if not left:
+        return ""
+    rows = "".join(
+        f"<li><b>{_e(name)}</b>{' (required by --require-judged)' if v.get('required') else ''}"
+        f": {_e(v.get('why', ''), 300)}</li>"
+        for name, v in left.items() if isinstance(v, dict))
+    return (f'<div class="scope" id="scope"><p><b>Scope: {len(left)} invariant(s) not judged '
+            f"on this cluster</b>; the verdict covers the other "
+            f"{len(scope.get('judged') or [])}:</p><ul>{rows}</ul></div>")
+
+
 def section_head(summary: dict[str, Any], data: ReportData | None, problems: list[str]) -> str:
     verdict = str(summary.get("verdict", "unknown"))
     css = verdict if verdict in ("pass", "fail") else "unknown"
@@ -121,6 +138,7 @@ def section_head(summary: dict[str, Any], data: ReportData | None, problems: lis
     wl = summary.get("workload") if isinstance(summary.get("workload"), dict) else {}
     out = [f"<h1>Ordeal run {_e(summary.get('run_id', '(unknown run)'))}</h1>",
            f'<div class="verdict v-{css}" id="verdict">Verdict: {escape(verdict.upper())}</div>',
+           _scope(summary),
            (f'<p>suite <b>{_e(summary.get("suite", "?"))}</b> · started '
             f'{_e(summary.get("started", "?"))} · ended {_e(summary.get("ended", "?"))} · backend '
             f'{_e(cluster.get("backend", "?"))} · engine {_e(cluster.get("engine", "?"))}</p>'),

@@ -3,9 +3,41 @@ keys; the keys written here stay, with the same meaning."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 SCHEMA_VERSION = 1
+
+
+def not_judgeable(invariant: dict[str, Any]) -> dict[str, str]:
+    """What an invariant of summary.json could not be judged without, and
+    why (``details.not_judgeable``: the cluster cannot give that data, an
+    external deployment's replicas name no one, say); empty when it was
+    judged. Only an "unknown" counts: a False stands on the data it had."""
+    if invariant.get("valid") != "unknown":
+        return {}
+    missing = (invariant.get("details") or {}).get("not_judgeable")
+    return dict(missing) if isinstance(missing, dict) and missing else {}
+
+
+def scope_of(invariants: list[dict[str, Any]],
+             require_judged: Collection[str] = ()) -> dict[str, Any]:
+    """What the verdict covers (issue 47): the invariants judged, and each
+    one this cluster could not give the data for, with why and whether
+    ``--require-judged`` names it. A verdict is ``pass`` only over
+    ``judged``; a required invariant left out makes it ``unknown``, so a CI
+    that needs failover judged never gets a ``pass`` without it."""
+    not_judged = {}
+    for i in invariants:
+        missing = not_judgeable(i)
+        if missing:
+            not_judged[str(i.get("name"))] = {
+                "why": "; ".join(f"{need}: {why}" for need, why in missing.items()),
+                "required": i.get("name") in require_judged}
+    return {"complete": not not_judged,
+            "judged": [str(i.get("name")) for i in invariants
+                       if str(i.get("name")) not in not_judged],
+            "not_judged": not_judged,
+            "require_judged": sorted(require_judged)}
 
 
 def verdict_of(valids: Iterable[Any]) -> str:
@@ -20,6 +52,19 @@ def verdict_of(valids: Iterable[Any]) -> str:
     return "unknown"
 
 
+def judge_verdict(invariants: list[dict[str, Any]], errors: Collection[str] = (),
+                  require_judged: Collection[str] = ()) -> tuple[str, dict[str, Any]]:
+    """The run's verdict and its ``scope``. A known finding counts as held;
+    an invariant the cluster cannot give the data for is left out and
+    named in the scope, unless ``require_judged`` names it (then it stays,
+    "unknown"); a harness error makes it "unknown"."""
+    scope = scope_of(invariants, require_judged)
+    left_out = {n for n, v in scope["not_judged"].items() if not v["required"]}
+    verdicts = [True if i.get("known") else i.get("valid") for i in invariants
+                if str(i.get("name")) not in left_out]
+    return verdict_of(verdicts + (["unknown"] if errors else [])), scope
+
+
 def build_summary(*, run_id: str, suite: str, started: str, ended: str,
                   cluster: dict[str, Any], counts: dict[str, int],
                   nemesis_counts: dict[str, int], faults: list[dict[str, Any]],
@@ -27,8 +72,13 @@ def build_summary(*, run_id: str, suite: str, started: str, ended: str,
                   errors: list[str] | None = None,
                   schedule: list[dict[str, Any]] | None = None,
                   duration_s: float | None = None,
-                  segments: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """``duration_s``: how long the run took by the monotonic clock (the
+                  segments: list[dict[str, Any]] | None = None,
+                  require_judged: Collection[str] = ()) -> dict[str, Any]:
+    """``require_judged``: invariants that must be judged for a ``pass``
+    (``--require-judged``); ``scope`` in the summary says what was judged
+    (``scope_of``), and the verdict rests on those invariants only.
+
+    ``duration_s``: how long the run took by the monotonic clock (the
     wall times ``started``/``ended`` are for people: a clock stepped back
     mid-run makes ``ended`` earlier than ``started``).
 
@@ -52,6 +102,7 @@ def build_summary(*, run_id: str, suite: str, started: str, ended: str,
         segments = [{"started": started, "ended": ended, "duration_s": None if duration_s is None
                      else round(max(0.0, duration_s), 3)}]
     downs = [(s.get("resumed_from_gap") or {}).get("down_s") for s in segments[1:]]
+    verdict, scope = judge_verdict(invariants, errors or [], require_judged)
     return {
         "schema": SCHEMA_VERSION,
         "run_id": run_id,
@@ -76,6 +127,6 @@ def build_summary(*, run_id: str, suite: str, started: str, ended: str,
         "errors": errors or [],
         # A failure the known-findings file covers (``known``, set by
         # invariants.known) is reported as it is and does not fail the run.
-        "verdict": verdict_of([True if i.get("known") else i.get("valid") for i in invariants]
-                              + (["unknown"] if errors else [])),
+        "verdict": verdict,
+        "scope": scope,
     }

@@ -48,7 +48,7 @@ from ordeal.history.windows import INJECTED, FaultWindows, Window
 from ordeal.history.writer import History
 from ordeal.topology import LINK_KINDS
 from reports.run_dir import write_json_atomic
-from runs.run import unavailable_data
+from runs.run import provided_data, replica_names, unavailable_data
 
 STATE_NAME = "endurance.json"
 INTERIM_NAME = "interim.json"
@@ -841,7 +841,9 @@ def run_endurance(run: Any, state: EnduranceState, say: Callable[[str], None],
     if len(injects) > 40:
         say(f"  ... and {len(injects) - 40} more (endurance.json has them all)")
     ctx = RunContext(run_id=run.run_id, settings=run.checker_settings,
-                     unavailable=unavailable_data(run.cluster))
+                     unavailable=unavailable_data(run.cluster),
+                     replicas=replica_names(run.cluster),
+                     provided=provided_data(run.cluster))
     judge = Judge(run.run_dir.history_path, run.run_dir.path, plan, ctx, say,
                   live_from_index=first_index, position_s=position_s, checkers=make())
     judge.start()

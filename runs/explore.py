@@ -52,7 +52,7 @@ from ordeal.config import ConfigError
 from ordeal.history.ops import NEMESIS
 from ordeal.history.reader import read_history
 from ordeal.history.writer import History
-from runs.run import unavailable_data
+from runs.run import provided_data, replica_names, unavailable_data
 
 FORMAT_VERSION = 1
 #: Consistency checkers judged after every step (issue 12: at least these).
@@ -334,7 +334,9 @@ class ExampleHarness:
         results = check_all([c() for c in CHECKERS],
                             read_history(self.history_path, on_error=damaged.append),
                             RunContext(run_id=self.run_id, settings=EXPLORE_SETTINGS,
-                                       unavailable=unavailable_data(self.cluster)))
+                                       unavailable=unavailable_data(self.cluster),
+                                       replicas=replica_names(self.cluster),
+                                       provided=provided_data(self.cluster)))
         if not final:
             for i, r in enumerate(results):
                 if r.name == "no_silent_loss" and r.valid is False:

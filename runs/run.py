@@ -43,7 +43,7 @@ from ordeal.history.writer import History
 from reports.findings import findings_of
 from reports.html import render_report
 from reports.run_dir import RunDir
-from reports.summary import build_summary
+from reports.summary import build_summary, not_judgeable
 from runs.floors import TrafficCount, judge_floors
 
 
@@ -61,19 +61,33 @@ def unavailable_data(cluster: Any) -> dict[str, str]:
     return dict(ask()) if callable(ask) else {}
 
 
+def replica_names(cluster: Any) -> tuple[str, ...]:
+    """The names of the cluster's replicas (nodes of role "replica"), for
+    the checkers' RunContext: a fault on one of them is a failover window
+    whatever the deployment calls it."""
+    return tuple(n.name for n in getattr(cluster, "nodes", None) or ()
+                 if getattr(n, "role", None) == "replica")
+
+
+def provided_data(cluster: Any) -> dict[str, str]:
+    """What the cluster gives the checkers its own way, and how (an
+    external deployment's ``provided``; nothing for Ordeal's own)."""
+    ask = getattr(cluster, "provided", None)
+    return dict(ask()) if callable(ask) else {}
+
+
 def not_judged(invariant: dict[str, Any]) -> bool:
     """An invariant of summary.json that could not be judged on this
     cluster (``not_judgeable``: an external deployment lacks its data):
-    "unknown", with the reason, neither a pass nor a failure."""
-    return invariant.get("valid") == "unknown" and bool(
-        (invariant.get("details") or {}).get("not_judgeable"))
+    "unknown", with the reason, neither a pass nor a failure; the summary's
+    ``scope`` names it, and the verdict rests on the others."""
+    return bool(not_judgeable(invariant))
 
 
 def verdicts_allowed(summary: dict[str, Any]) -> tuple[str, ...]:
-    """The verdicts a smoke accepts: "pass", and "unknown" only when some
-    invariant could not be judged on this cluster."""
-    if any(not_judged(i) for i in summary.get("invariants", [])):
-        return ("pass", "unknown")
+    """The verdicts a suite accepts: "pass" only. An invariant this cluster
+    cannot judge is left out of it and named in ``scope`` (reports.summary);
+    one that ``--require-judged`` names makes it "unknown"."""
     return ("pass",)
 
 
@@ -81,18 +95,24 @@ def verdict_problems(summary: dict[str, Any]) -> list[str]:
     """Why a suite must not accept this run's verdict: one line per
     invariant that is false and not a known finding (with its first
     counterexample), per invariant that is "unknown" for a reason other
-    than a cluster that cannot give its data, and per harness error; empty
-    when the verdict is one ``verdicts_allowed`` accepts. Every suite that
-    runs a cluster ends with ``assert_verdict``: a suite that judges only
-    its fault's effect lets a stack that answers wrong, loses or repeats
-    requests pass."""
+    than a cluster that cannot give its data, per invariant
+    ``--require-judged`` names that was not judged, and per harness error;
+    empty when the verdict is one ``verdicts_allowed`` accepts. Every suite
+    that runs a cluster ends with ``assert_verdict``: a suite that judges
+    only its fault's effect lets a stack that answers wrong, loses or
+    repeats requests pass."""
     problems = []
+    required = set((summary.get("scope") or {}).get("require_judged") or ())
     for i in summary.get("invariants", []):
         if i.get("valid") is False and not i.get("known"):
             examples = i.get("counterexamples") or []
             first = json.dumps(examples[0], default=str)[:400] if examples else "none listed"
             problems.append(f"{i.get('name')}: false (new finding); {len(examples)} "
                             f"counterexample(s), first: {first}")
+        elif not_judged(i) and i.get("name") in required:
+            why = "; ".join(f"{k}: {v}" for k, v in not_judgeable(i).items())[:300]
+            problems.append(f"{i.get('name')}: not judged on this cluster, and "
+                            f"--require-judged names it: {why}")
         elif i.get("valid") not in (True, False) and not not_judged(i):
             why = json.dumps(i.get("details") or {}, default=str)[:300]
             problems.append(f"{i.get('name')}: unknown (could not be judged): {why}")
@@ -173,6 +193,9 @@ class OrdealRun:
         # Failures already known of this stack (--known-findings, or the file
         # shipped for the embedded stack): reported, out of the verdict.
         self.known_findings: KnownFindings | None = None
+        # --require-judged: invariants that must be judged for a pass
+        # (reports.summary.scope_of).
+        self.require_judged: tuple[str, ...] = ()
         # The settings check() was given instead, if any: summary.json
         # "settings" says what the run was judged with.
         self.judged_settings: CheckerSettings | None = None
@@ -400,7 +423,9 @@ class OrdealRun:
             self.judged_settings = settings
         ctx = RunContext(run_id=self.run_id,
                          settings=self.checker_settings if settings is None else settings,
-                         unavailable=unavailable_data(self.cluster))
+                         unavailable=unavailable_data(self.cluster),
+                         replicas=replica_names(self.cluster),
+                         provided=provided_data(self.cluster))
         chosen = checkers if checkers is not None else self.engine.checkers()
         if (checkers is None and self.engine.name == "vllm"
                 and any(w.kind in PLANTED for w in self.windows)):
@@ -474,7 +499,8 @@ class OrdealRun:
             faults=faults, invariants=invariants,
             workload=spec_to_dict(self.workload) if self.workload else {},
             errors=self.errors, schedule=self.schedule, duration_s=duration_s,
-            segments=self.history.segments(self.started, ended, duration_s))
+            segments=self.history.segments(self.started, ended, duration_s),
+            require_judged=self.require_judged)
         self.summary["stopped"] = self.stop_reason
         self.summary["load_workers"] = getattr(self, "load_workers", 1)
         launcher = getattr(self, "load_launcher", None)

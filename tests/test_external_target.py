@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import pytest
+from multidict import CIMultiDict
 from toxiproxy import Toxiproxy
 
 from clusters.external import toxiproxy_links
@@ -42,7 +43,8 @@ from faults.hook import HookFault
 from faults.ledger import Ledger
 from faults.network_latency import NetworkLatency
 from faults.proxy.launch import ProxyProcess
-from load.workload import Outcome, scrubbed
+from invariants.known import embedded_file
+from load.workload import ClientOptions, Outcome, scrubbed
 from nodes.external import ExternalNode
 from nodes.ports import free_ports
 from nodes.waits import http_get
@@ -207,9 +209,12 @@ def test_the_smoke_suites_run_on_a_deployment_ordeal_did_not_start(plain_stack, 
             assert invariants[name]["valid"] is True, invariants[name]
         # ... and unknown, with the reason, where only Ordeal's nodes have the data.
         for name, need in (("no_duplicate_execution", "served_journal"),
-                           ("leak_bound", "process_tree")):
+                           ("leak_bound", "process_tree"), ("failover", "node_attribution")):
             assert invariants[name]["valid"] == "unknown", invariants[name]
             assert need in invariants[name]["details"]["not_judgeable"], invariants[name]
+            # ... which the verdict leaves out, naming it in its scope (issue 47).
+            assert need in s["scope"]["not_judged"][name]["why"], s["scope"]
+        assert s["verdict"] == "pass" and not s["scope"]["complete"], s["scope"]
     [kill] = smoke["faults"]
     # The heal hook returned at once (``setsid ... &``): the replica it started
     # outlived it, and Ordeal ended nothing of it (issue 47).
@@ -240,6 +245,22 @@ def test_the_smoke_suites_run_on_a_deployment_ordeal_did_not_start(plain_stack, 
     assert len(written) > 10, written
     leaked = [str(p) for p in written if SECRET.encode() in p.read_bytes()]
     assert leaked == []
+
+    # A CI that needs failover judged says so, and these replicas name no one.
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "suites/test_nemesis.py", "-m", "smoke", "--cluster",
+         "external", "--target", str(target), "--require-judged", "failover",
+         "--load-rate", "3", "--load-duration", "15s", "--runs-dir", str(d / "required"),
+         "-p", "no:cacheprovider", "-q"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert "invariant failover will not be judged here" in proc.stdout, proc.stdout[-3000:]
+    assert "failover: not judged on this cluster, and --require-judged names it" in (
+        proc.stdout), proc.stdout[-3000:]
+    [required] = [json.loads(p.read_text()) for p in (d / "required").glob("*/summary.json")
+                  if not p.parent.is_symlink()]
+    assert required["verdict"] == "unknown", required["scope"]
+    assert required["scope"]["not_judged"]["failover"]["required"] is True
 
 
 def round_trip_s(url: str) -> float:
@@ -375,12 +396,41 @@ def test_heal_all_runs_the_heal_hook_after_a_sigkilled_harness(tmp_path):
      '\nlinks = { "router-replica-0" = "p" }', "name client-router or router-"),
     ('entrypoint = "http://10.0.0.1:80"\nmodel = "m"\n[toxiproxy]\nurl = "http://10.0.0.2:8474"'
      '\nlinks = { "client-router" = "p" }', "set fault_proxy = false"),
+    ('entrypoint = "http://10.0.0.1:80"\nmodel = "m"\nreplica_header = "x-served-by"',
+     "name the replicas"),
+    ('entrypoint = "http://10.0.0.1:80"\nmodel = "m"\nreplica_header = "x served: by"',
+     "the name of the response header"),
+    ('entrypoint = "http://10.0.0.1:80"\nmodel = "m"\nreplica_header = "x-served-by"\n'
+     '[[replica]]\nname = "a"\nurl = "http://10.0.0.2:80"\nserved_as = ["b"]\n'
+     '[[replica]]\nname = "b"\nurl = "http://10.0.0.3:80"', "names both a and b"),
+    ('entrypoint = "http://10.0.0.1:80"\nmodel = "m"\n[[replica]]\nname = "a"\n'
+     'url = "http://10.0.0.2:80"\nserved_as = [1]', "served_as: give the replica_header"),
 ])
 def test_a_bad_target_file_says_what_is_wrong(tmp_path, text, error):
     path = tmp_path / "target.toml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=error):
         read_target_file(path)
+
+
+def test_a_replica_header_value_is_placed_on_the_replica_that_claims_it(tmp_path):
+    """By name, by the URL's host:port, by a served_as value; a value no
+    replica claims places nothing (never a guess); without the key, Ordeal's
+    own x-ordeal-node as it is."""
+    path = tmp_path / "target.toml"
+    path.write_text('entrypoint = "http://10.0.0.1:80"\nmodel = "m"\n'
+                    'replica_header = "X-Served-By"\n'
+                    '[[replica]]\nname = "pod-a"\nurl = "http://10.0.0.2:8000"\n'
+                    '[[replica]]\nname = "pod-b"\nurl = "http://10.0.0.3:8000"\n'
+                    'served_as = ["vllm-1", "10.9.9.9:8000"]\n')
+    t = read_target_file(path)
+    assert t.replica_header == "x-served-by" and t.describe()["replica_header"] == "x-served-by"
+    options = ClientOptions(node_header=t.replica_header, node_names=t.node_names())
+    for value, name in (("pod-a", "pod-a"), ("10.0.0.2:8000", "pod-a"), ("vllm-1", "pod-b"),
+                        ("10.9.9.9:8000", "pod-b"), ("10.0.0.4:8000", None)):
+        assert options.node_of(CIMultiDict({"X-Served-By": value})) == name, value
+    assert options.node_of(CIMultiDict({"x-ordeal-node": "replica-0"})) is None
+    assert ClientOptions().node_of(CIMultiDict({"x-ordeal-node": "replica-0"})) == "replica-0"
 
 
 def test_a_non_loopback_target_is_refused_without_allow_target(tmp_path):
@@ -461,3 +511,77 @@ def test_l7_kinds_are_refused_on_a_tls_entrypoint(tmp_path):
     assert "encrypted bytes" in target.unsupported("http_fault")
     assert "encrypted bytes" in target.unsupported("lsn_jump")
     assert target.unsupported("network_latency") is None  # L4 acts on any bytes
+
+
+# -- a deployment that names its replicas in a header of its own (issue 47) -------
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(400)
+def test_a_replica_header_lets_failover_be_judged_and_required(ordeal_cluster, tmp_path,
+                                                                ordeal_say):
+    """The session's cluster, reached as an external target whose file
+    calls its replicas ``pod-a``/``pod-b`` and names them by the header they
+    answer with (``x-ordeal-node: replica-N``, claimed with ``served_as``).
+    The nemesis smoke pauses them through the hooks and passes with
+    ``--require-judged failover,fault_slo``: both judged on the header, and
+    saying so; only what has no header (served journals, process trees) is
+    left out, in the scope."""
+    replicas = ordeal_cluster.replicas()
+    pods = [f"pod-{letter}" for letter in "ab"]
+    target = tmp_path / "named.toml"
+    target.write_text(textwrap.dedent(f"""\
+        name = "named-replicas"
+        model = "ordeal-tiny"
+        entrypoint = "{ordeal_cluster.router.endpoint.url}"
+        fault_proxy = false
+        replica_header = "X-Ordeal-Node"
+        """) + "".join(textwrap.dedent(f"""
+        [[replica]]
+        name = "{pods[i]}"
+        url = "{r.endpoint.url}"
+        served_as = ["{r.name}"]
+        """) for i, r in enumerate(replicas)) + "".join(textwrap.dedent(f"""
+        [[hook]]
+        kind = "process_pause"
+        node = "{pods[i]}"
+        inject = "kill -STOP -- -{r.process.pid}"
+        heal = "kill -CONT -- -{r.process.pid}"
+        timeout_s = 10
+        """) for i, r in enumerate(replicas)))
+    assert read_target_file(target).node_names()[0] == ("pod-a", "pod-a")
+    # The stack is the embedded one, so its known slow ejection (~6 s) is the
+    # team's known finding too, on the names its file gives (--known-findings
+    # "auto" applies the shipped file only to Ordeal's own cluster).
+    known = tmp_path / "known.toml"
+    shipped = embedded_file([n.fingerprint() for n in ordeal_cluster.nodes])
+    assert shipped is not None, [n.fingerprint() for n in ordeal_cluster.nodes]
+    known.write_text(shipped.read_text()
+                     .replace('"*replica-*"', '"*pod-*"').replace('"replica-*"', '"pod-*"'))
+    runs = tmp_path / "runs"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "suites/test_nemesis.py", "-m", "smoke",
+         "--cluster", "external", "--target", str(target), "--require-judged",
+         "failover,fault_slo", "--known-findings", str(known),
+         "--load-rate", "3", "--load-duration", "20s",
+         "--runs-dir", str(runs), "-p", "no:cacheprovider", "-q"],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+        text=True, timeout=360)
+    ordeal_say("external nemesis, replica_header: " + proc.stdout.strip().splitlines()[-1])
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    [summary] = [json.loads(p.read_text()) for p in runs.glob("*/summary.json")
+                 if not p.parent.is_symlink()]
+    assert summary["verdict"] == "pass"
+    invariants = {i["name"]: i for i in summary["invariants"]}
+    windows = invariants["failover"]["details"]["windows_shown"]
+    assert windows and {w["replica"] for w in windows.values()} <= {"pod-a", "pod-b"}, windows
+    for name in ("failover", "fault_slo"):
+        # Judged: held, or a failure inside the known finding's bounds.
+        assert invariants[name]["valid"] is True or invariants[name].get("known"), (
+            invariants[name])
+        assert "X-Ordeal-Node".lower() in invariants[name]["details"]["judged_with"][
+            "node_attribution"], invariants[name]
+    scope = summary["scope"]
+    assert scope["require_judged"] == ["failover", "fault_slo"]
+    assert {"failover", "fault_slo"} <= set(scope["judged"])
+    assert {"no_duplicate_execution", "leak_bound"} <= scope["not_judged"].keys(), scope

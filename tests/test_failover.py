@@ -216,3 +216,40 @@ def test_a_fault_on_the_only_replica_is_not_judged():
     [w] = r.details["windows_shown"].values()
     assert w["no_other_replica"] is True and w["sent_while_down"] > 0
     assert w["sent_after_bound"] == 0 and r.details["violations"] == 0
+
+
+def test_a_replica_an_external_target_names_its_own_way_is_a_victim():
+    """Issue 47: the target file calls its replicas ``pod-a``/``pod-b``;
+    with the names in the RunContext a fault on ``pod-b`` is a window, and
+    a router that keeps sending there is caught (without them the window
+    would not exist and failover would pass on nothing)."""
+    assert victim_of("pod-b", ("pod-a", "pod-b")) == "pod-b"
+    assert victim_of("router-pod-b", ("pod-a", "pod-b")) == "pod-b"
+    assert victim_of("pod-b") is None and victim_of("router", ("pod-a",)) is None
+    p = Plan()
+    t = 0.0
+    while t < 14:
+        p.request(t, t + 0.1, "pod-a")
+        t += 0.5
+    p.fault(1, 12, kind="process_kill", target="pod-b")
+    for at in (1.5, 7.5, 8.0):
+        p.request(at, at + 0.01, None, "fail", "HTTP 502")
+    ops = [replace(o, index=i) for i, o in enumerate(sorted(p.ops, key=lambda o: o.time_ns))]
+    named = Failover().check(ops, RunContext(run_id="t", replicas=("pod-a", "pod-b")))
+    assert named.valid is False and named.details["sent_after_bound"] == 2, named.details
+    assert Failover().check(ops, CTX).details["windows"] == 0  # what the names prevent
+
+
+def test_stopping_faults_with_no_answer_naming_a_replica_are_unknown():
+    """A replica header whose values no replica claims places nothing: every
+    window would look like one on the only replica; that is unknown, not a
+    pass."""
+    p = Plan()
+    t = 0.0
+    while t < 20:
+        p.request(t, t + 0.1, None)
+        t += 0.5
+    p.fault(1, 12, kind="process_pause", target="replica-1")
+    r = p.judge()
+    assert r.valid == "unknown" and "no answer named" in r.details["why"], r.details
+    assert r.details["unplaced"] > 30

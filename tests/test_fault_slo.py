@@ -215,3 +215,13 @@ def test_memory_is_bounded_by_window_rows_not_run_length():
     # file can cover them all (before, only the shown windows').
     assert len(r.details["violations_by_window"]) == n == r.details["violations"]
     assert "process_pause@replica-1#1" in r.details["violations_by_window"]
+
+
+def test_stopping_faults_with_no_answer_naming_a_replica_are_unknown():
+    """No answer named a replica (an external target's header placed
+    nothing): every window would be "alone", so nothing was judged."""
+    p = Plan()
+    steady(p, 0, 20, node=None)
+    p.fault(2, 14, target="replica-1")
+    r = p.judge()
+    assert r.valid == "unknown" and "no answer named" in r.details["why"], r.details

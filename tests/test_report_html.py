@@ -205,6 +205,33 @@ def test_cli_list_show_compare_render_open(tmp_path):
     assert rc == 0 and (a.path / "report.html").exists()
 
 
+def test_a_pass_with_a_scope_says_what_it_left_out_first(tmp_path):
+    """Issue 47: right under the verdict (report.html) and before anything
+    else of the run (``reports show``): each invariant not judged, why, and
+    whether --require-judged named it."""
+    rd = RunDir.create(tmp_path, "scoped")
+    with History(rd.history_path) as h:
+        h.append("invoke", 0, "completions", {"prompt": "x"})
+        h.append("ok", 0, "completions", {"e2e_ms": 5.0, "ttft_ms": 1.0})
+    why = {"node_attribution": "the replicas do not name <themselves>"}
+    summary = summary_for(rd.run_id, ok=1, invariants=[
+        {"name": "goodput", "valid": True, "details": {}, "counterexamples": []},
+        {"name": "failover", "valid": "unknown", "details": {"not_judgeable": why},
+         "counterexamples": []}])
+    assert summary["verdict"] == "pass"
+    rd.write_summary(summary)
+    render_report(rd.path)
+    page = (rd.path / "report.html").read_text()
+    verdict, scope, suite = (page.index('id="verdict"'), page.index('id="scope"'),
+                             page.index("suite <b>"))
+    assert verdict < scope < suite
+    assert "1 invariant(s) not judged" in page and "&lt;themselves&gt;" in page
+    rc, out = run_cli("show", str(rd.path))
+    lines = out.splitlines()
+    assert rc == 0 and lines[3] == "verdict  PASS", lines
+    assert lines[4].startswith("scope    not judged: failover: node_attribution: the"), lines
+
+
 def test_cli_errors_are_clear(tmp_path, capsys):
     a, _ = two_runs(tmp_path)
     assert run_cli("--runs-dir", str(tmp_path), "show", "no-such-run")[0] == 2

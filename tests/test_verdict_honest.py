@@ -16,9 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.plugin import require_judged_names
 from invariants import HealthTruthful, RunContext
+from ordeal.config import ConfigError
 from ordeal.history.ops import Op
 from reports.run_dir import RunDir
+from reports.summary import judge_verdict
 from runs.run import OrdealRun, assert_verdict, verdict_problems
 from runs.single_fault import FaultRun
 
@@ -31,11 +34,10 @@ def inv(name, valid, counterexamples=None, **details):
             "counterexamples": counterexamples or []}
 
 
-def summary_of(*invariants, errors=()):
-    from reports.summary import verdict_of
+def summary_of(*invariants, errors=(), require_judged=()):
+    verdict, scope = judge_verdict(list(invariants), errors, require_judged)
     return {"run_id": "r1", "invariants": list(invariants), "errors": list(errors),
-            "verdict": verdict_of([True if i.get("known") else i.get("valid")
-                                   for i in invariants] + (["unknown"] if errors else []))}
+            "verdict": verdict, "scope": scope}
 
 
 def test_a_wrong_answer_fails_a_single_fault_run_naming_invariant_and_example():
@@ -60,6 +62,30 @@ def test_known_findings_and_cluster_limits_pass_unknowns_and_errors_do_not():
     assert p.startswith("leak_bound: unknown") and "KeyError" in p
     [p] = verdict_problems(summary_of(inv("goodput", True), errors=["history damaged"]))
     assert "harness error: history damaged" in p
+
+
+def test_a_pass_on_a_cluster_that_cannot_judge_everything_names_its_scope():
+    """Issue 47: what an external deployment cannot give is left out of the
+    verdict and named first in its scope; ``--require-judged`` puts it back,
+    and a run that could not judge it is then not accepted."""
+    failover = inv("failover", "unknown", not_judgeable={
+        "node_attribution": "the replicas do not name themselves"})
+    s = summary_of(inv("goodput", True), failover)
+    assert s["verdict"] == "pass"
+    assert s["scope"]["complete"] is False and s["scope"]["judged"] == ["goodput"]
+    assert s["scope"]["not_judged"]["failover"]["why"].startswith("node_attribution: the rep")
+    assert_verdict(s)
+    required = summary_of(inv("goodput", True), failover, require_judged=("failover",))
+    assert required["verdict"] == "unknown"
+    [p] = verdict_problems(required)
+    assert p.startswith("failover: not judged on this cluster, and --require-judged names it")
+    with pytest.raises(AssertionError, match="require-judged"):
+        assert_verdict(required)
+    # A finding stands whatever the scope; nothing judged is no pass.
+    assert summary_of(inv("goodput", False), failover)["verdict"] == "fail"
+    assert summary_of(failover)["verdict"] == "unknown"
+    assert summary_of(inv("goodput", True))["scope"] == {
+        "complete": True, "judged": ["goodput"], "not_judged": {}, "require_judged": []}
 
 
 def test_every_suite_test_that_runs_a_cluster_judges_the_whole_verdict():
@@ -269,3 +295,10 @@ def test_the_nemesis_smoke_holds_each_stopping_fault_past_the_shipped_ejection_b
             inject = injects[heal.key]
             if inject.kind in ("process_pause", "network_partition"):
                 assert heal.at_s - inject.at_s > max(bounds) + 0.4, (seed, inject, heal)
+
+
+def test_require_judged_takes_invariant_names_and_refuses_others():
+    assert require_judged_names("failover, fault_slo,failover") == ("failover", "fault_slo")
+    assert require_judged_names("") == ()
+    with pytest.raises(ConfigError, match=r"unknown invariant\(s\) \['failovr'\]; name some of"):
+        require_judged_names("failovr")
