@@ -130,7 +130,10 @@ class ClusterBase:
             "engine": self.engine,
             **self._describe_extra(),
             "model": model_record,
-            "stack": engine_for(self.engine, self.spec).settings(self.spec),
+            # What the engine found at start (the vLLM build, GPU placement)
+            # over its settings from the spec.
+            "stack": {**engine_for(self.engine, self.spec).settings(self.spec),
+                      **getattr(self, "stack_extra", {})},
             "entrypoint": self.entrypoint.url if self.router else None,
             "links": [{"name": x.name, "listen": x.listen.url, "upstream": x.upstream.url}
                       for x in self.links],

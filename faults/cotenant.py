@@ -305,6 +305,7 @@ class CotenantFault(Fault):
         self.backend = backend
         self.device = device
         self.physical_gpu: int | None = None  # NVML's index of CUDA's device
+        self._mem_before_mb: int | None = None  # device memory in use before a cuda-memory helper
         self.tag = new_tag()
         self.helper: Helper | None = None
         self._plan: tuple[list[str], str, dict[str, Any]] | None = None
@@ -343,6 +344,10 @@ class CotenantFault(Fault):
     def _act(self) -> dict[str, Any]:
         assert self._plan is not None and self.entry is not None
         argv, analog, details = self._plan
+        if analog == "cuda-memory":
+            # The device's memory in use before the co-tenant: its effect is
+            # what it adds (replicas already hold most of a GPU's memory).
+            self._mem_before_mb = nvml_sample(self.physical_gpu or 0).mem_used_mb
         self.helper = spawn_helper(argv, self.run_id, self.node.name, self.tag)
         self.entry.inverse["helper"] = self.helper.as_dict()
         self.ledger.record(self.entry)  # same id: now with pid and start time
@@ -369,8 +374,12 @@ class CotenantFault(Fault):
                         util_gpu_pct=sample.util_gpu_pct,
                         clocks_event_reasons=sample.clocks_event_reasons)
         if analog == "cuda-memory":
-            return Effect(sample.mem_used_mb >= 0.9 * details["fraction"] * sample.mem_total_mb,
-                          "the device's used memory (NVML)", evidence)
+            before = self._mem_before_mb
+            evidence["mem_used_before_mb"] = before
+            grown = sample.mem_used_mb - (before if before is not None else 0)
+            return Effect(grown >= 0.9 * details["fraction"] * sample.mem_total_mb,
+                          "the device's used memory (NVML), grown by the co-tenant's share "
+                          "since just before it started", evidence)
         return Effect(sample.util_gpu_pct >= 50, "the device's utilisation (NVML) with the "
                       "co-tenant running", evidence)
 

@@ -22,6 +22,9 @@ from .ledger import Ledger
 from .sequence_jump import SequenceJump
 from .targets import select
 
+#: Kinds that act on a GPU: on a replica placed on one, that one by default.
+GPU_KINDS = ("gpu_throttle", "gpu_memory_pressure")
+
 
 def fault_class(kind: str) -> type[Fault]:
     try:
@@ -88,8 +91,12 @@ def build_faults(kind: str, target: str, cluster: Cluster, run_id: str, ledger: 
         return [hook_fault(kind, obj, run_id, ledger, params) for obj in objs]
     out = []
     for obj in objs:
+        own = dict(params)
+        placed = getattr(obj, "gpu_device", None)  # a GPU vLLM replica's own GPU
+        if kind in GPU_KINDS and "device" not in own and placed is not None:
+            own["device"] = placed
         try:
-            out.append(cls(obj, run_id, ledger, **params))
+            out.append(cls(obj, run_id, ledger, **own))
         except TypeError as e:
             sig = inspect.signature(cls.__init__)
             raise FaultError(f"{kind}: bad parameters {params} ({e}); it takes "

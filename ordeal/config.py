@@ -229,6 +229,12 @@ class ClusterSpec:
     # as replicas on separate machines would; "shared": every process may
     # run on every core (only the compute threads are bound).
     replica_cpus: str = "own"
+    # The GPU build of vLLM (engines/vllm/gpus.py): each replica's GPU,
+    # "auto" (one each when there are enough, else shared), "shared" (all on
+    # GPU 0) or indices "0,1"; and the interpreter the replicas and the
+    # router run (None: the harness's own).
+    replica_gpus: str = "auto"
+    vllm_python: str | None = None
     # --cluster docker only: "mounted" (default): the base image runs this
     # machine's Python and vLLM, bind-mounted read-only; "image": the image's
     # own entrypoint and vLLM (the vLLM OpenAI-server image's convention),
@@ -287,6 +293,17 @@ class ClusterSpec:
         if self.replica_cpus not in REPLICA_CPUS:
             raise ConfigError(f"--replica-cpus {self.replica_cpus!r}: use one of "
                               f"{', '.join(REPLICA_CPUS)}")
+        if self.replica_gpus not in ("auto", "shared") and not all(
+                x.strip().isdigit() for x in self.replica_gpus.split(",")):
+            raise ConfigError(f"--replica-gpus {self.replica_gpus!r}: give auto, shared, or GPU "
+                              "indices such as 0,1 (replica i gets the i-th, round robin)")
+        if self.vllm_python is not None and not os.access(self.vllm_python, os.X_OK):
+            raise ConfigError(f"--vllm-python {self.vllm_python}: not an executable file; give "
+                              "the python of the environment vLLM is installed in (e.g. "
+                              "/opt/vllm/.venv/bin/python)")
+        if self.vllm_python is not None and self.backend != "local":
+            raise ConfigError(f"--vllm-python applies to --cluster local (this run: "
+                              f"{self.backend})")
         if self.docker_gpus < 0:
             raise ConfigError(f"--docker-gpus {self.docker_gpus}: give 0 or more")
         if self.backend != "ray" and (self.ray_address or self.ray_nodes):

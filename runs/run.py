@@ -26,6 +26,7 @@ from faults.nemesis import FaultWindow, inject_then_heal, run_schedule
 from faults.schedule import Step
 from invariants import CheckerSettings, Result, RunContext
 from invariants.base import check_all
+from invariants.gpu import GpuMemoryBack, ThrottleExplained
 from invariants.known import KnownFindings
 from invariants.planted import PLANTED, with_planted
 from invariants.requests import STEADY, WARMUP, RequestPairer, Timeline
@@ -427,6 +428,10 @@ class OrdealRun:
                          replicas=replica_names(self.cluster),
                          provided=provided_data(self.cluster))
         chosen = checkers if checkers is not None else self.engine.checkers()
+        if checkers is None and getattr(getattr(self.cluster, "vllm_build", None), "gpu", False):
+            # Replicas on GPUs (engines/vllm/gpus.py): the monitor's NVML
+            # readings are judged as in the GPU scenario (invariants/gpu.py).
+            chosen = [*chosen, GpuMemoryBack(), ThrottleExplained()]
         if (checkers is None and self.engine.name == "vllm"
                 and any(w.kind in PLANTED for w in self.windows)):
             # A fault that corrupts answers on purpose (lsn_jump's SSE variant,

@@ -172,6 +172,9 @@ def test_a_second_model_with_the_users_flags_behind_the_stock_router(tmp_path):
     assert stack["router_profile"] == "stock" and stack["router_profile_flags"] == []
     assert stack["engine_env"] == {"VLLM_CPU_KVCACHE_SPACE": "1", "TEAM_API_TOKEN": "<redacted>"}
     assert stack["ordeal_engine_flags"] == list(ORDEAL_ENGINE_DEFAULTS)
+    # The build the replicas run, found at start (engines/vllm/gpus.py): CPU here.
+    assert stack["vllm_build"]["distribution"] == "vllm-cpu", stack["vllm_build"]
+    assert stack["vllm_build"]["device"] == "cpu" and "replica_gpus" not in stack
     nodes = {n["name"]: n for n in record["nodes"]}
     replica, router = nodes["replica-0"]["command"], nodes["router"]["command"]
     assert replica[replica.index("--model") + 1] == str(second.path)

@@ -4,6 +4,7 @@ the OpenAI API."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import urllib.request
@@ -11,9 +12,11 @@ from typing import Any
 
 from engines.base import ClientCounts, Upstream
 from engines.vllm.cpus import replica_cpus
+from engines.vllm.gpus import detect_build, parse_replica_gpus, plan_gpus
 from engines.vllm.model import ensure_tiny_model, resolve_model
 from engines.vllm.nodes import (
     ORDEAL_ENGINE_DEFAULTS,
+    ORDEAL_GPU_ENGINE_DEFAULTS,
     ROUTER_PROFILES,
     SERVED_MODEL_NAME,
     ReplicaConfig,
@@ -30,6 +33,7 @@ from nodes.ports import free_ports
 from ordeal.config import redact_argv, redact_env
 from ordeal.history.ops import Op
 from ordeal.topology import Endpoint
+from ordeal.workers import visible_gpus
 
 #: vLLM's sample names -> the common names.
 VLLM_COMMON = {"vllm:num_requests_running": "requests_running",
@@ -62,6 +66,40 @@ def prepare_model(spec: Any, progress: Any) -> Any:
         return model
     progress(f"preparing the tiny model (seed {spec.model_seed}) ...")
     return ensure_tiny_model(spec.model_seed)
+
+
+def place_replicas(cluster: Any) -> None:
+    """The build the replicas run (engines/vllm/gpus.py) and, for the GPU
+    build, each replica's GPU: set on the cluster (``vllm_build``,
+    ``gpu_plan``) and recorded in ``cluster.stack`` (``stack_extra``) as
+    settings Ordeal chose."""
+    spec = cluster.spec
+    build = detect_build(getattr(spec, "vllm_python", None))
+    cluster.vllm_build = build
+    cluster.gpu_plan = None
+    extra: dict[str, Any] = {"vllm_build": build.describe()}
+    if build.gpu:
+        plan = plan_gpus(spec.replicas, build.gpus, parse_replica_gpus(spec.replica_gpus))
+        env = os.environ.get("CUDA_VISIBLE_DEVICES")
+        outer = list(range(build.gpus)) if env is None else visible_gpus(env, 1 << 16)
+        # An index is one of the harness's own visible GPUs (an xdist worker's).
+        cluster.gpu_plan = [dataclasses.replace(p, visible=str(outer[p.device])) for p in plan]
+        gpu_env = replica_env({}, gpu=cluster.gpu_plan[0])
+        extra.update({
+            "ordeal_engine_flags": list(ORDEAL_GPU_ENGINE_DEFAULTS),
+            "ordeal_engine_env": {k: v for k, v in gpu_env.items()
+                                  if k not in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES")
+                                  and k not in dict(spec.engine_env)},
+            "replica_gpus": {f"replica-{i}": dataclasses.asdict(p)
+                             for i, p in enumerate(cluster.gpu_plan)},
+            "replica_cpus": "not applied: GPU replicas are placed by CUDA_VISIBLE_DEVICES"})
+        cluster.progress(f"vLLM {build.version} (GPU build, {build.gpus} GPU(s) visible): "
+                         + "; ".join(f"replica-{i} on GPU {p.visible}"
+                                     + (f" with --gpu-memory-utilization "
+                                        f"{p.memory_utilization:g}"
+                                        if p.memory_utilization is not None else "")
+                                     for i, p in enumerate(cluster.gpu_plan)))
+    cluster.stack_extra = extra
 
 
 class VllmEngine:
@@ -121,6 +159,8 @@ class VllmEngine:
     def prepare(self, cluster: Any) -> None:
         if cluster.model is None:
             cluster.model = prepare_model(cluster.spec, cluster.progress)
+        if getattr(cluster, "vllm_build", None) is None:
+            place_replicas(cluster)
 
     def ports_per_replica(self) -> int:
         return 1
@@ -129,12 +169,15 @@ class VllmEngine:
         cpus = replica_cpus(sorted(os.sched_getaffinity(0)), cluster.spec.replicas, index,
                             cluster.spec.replica_cpus)
         name = f"replica-{index}"
+        gpus = getattr(cluster, "gpu_plan", None)
         return VllmReplica(name, Endpoint(cluster.spec.host, ports[0]), cluster.model.path,
                            cluster.log_dir / f"{name}.log", cluster.cluster_id,
                            cpu_core=cpus.compute, cpus=cpus.allowed,
                            clock_file=(cluster.log_dir / f"{name}.faketime"
                                        if cluster.spec.clock_faults else None),
-                           config=ReplicaConfig.of(cluster.spec))
+                           config=ReplicaConfig.of(cluster.spec),
+                           python=cluster.vllm_build.python if cluster.vllm_build else None,
+                           gpu=gpus[index] if gpus else None)
 
     def upstreams(self, node: LocalNode) -> list[Upstream]:
         return [Upstream("", node.endpoint)]
@@ -145,7 +188,8 @@ class VllmEngine:
         return VllmRouter("router", endpoint, [ep.url for _, _, ep in upstreams],
                           cluster.log_dir / "router.log", cluster.cluster_id,
                           metrics_port=metrics_port, profile=cluster.spec.router_profile,
-                          extra_args=cluster.spec.router_args)
+                          extra_args=cluster.spec.router_args,
+                          python=getattr(cluster.spec, "vllm_python", None))
 
     def client(self, spec: WorkloadSpec, entrypoint: str, cluster: Any) -> OpenAIClient:
         # An external deployment's headers, API key variable and TLS.

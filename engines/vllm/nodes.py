@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import urllib.request
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
+from engines.vllm.gpus import GpuPlacement
 from engines.vllm.startup import startup_phases
 from faults.clock_drift import faketime_env, prepare_clock_file
 from nodes.local import LocalNode
@@ -36,6 +38,15 @@ ORDEAL_ENGINE_DEFAULTS = (
     "--disable-uvicorn-access-log",
     # No torch.compile: it adds ~25 s to every (re)start, needs a C++
     # compiler, and gains nothing on a model this small.
+    "--enforce-eager", "-O0",
+)
+#: The same for the GPU build (engines/vllm/gpus.py): bfloat16, the dtype
+#: FlashAttention takes (float32 forces the Triton attention backend and JIT
+#: compiles at the first requests); still eager, for restarts without
+#: compiles. Each replica's --gpu-memory-utilization is added by placement.
+ORDEAL_GPU_ENGINE_DEFAULTS = (
+    "--dtype", "bfloat16",
+    "--disable-uvicorn-access-log",
     "--enforce-eager", "-O0",
 )
 
@@ -67,9 +78,10 @@ NODE_HEADER_MIDDLEWARE = "engines.vllm.node_header.NodeHeaderMiddleware"
 
 def server_args(model_dir: Path | str, host: str, port: int,
                 config: ReplicaConfig = ReplicaConfig(),
-                extra_args: Sequence[str] = ()) -> list[str]:
+                extra_args: Sequence[str] = (), gpu: GpuPlacement | None = None) -> list[str]:
     """The server's arguments: after the interpreter and module here, after
-    the image name where an image runs its own server (--docker-engine image)."""
+    the image name where an image runs its own server (--docker-engine image).
+    ``gpu``: the GPU build's placement (its defaults and memory share)."""
     return [
         "--model", str(model_dir),
         "--served-model-name", config.served_model_name,
@@ -77,7 +89,9 @@ def server_args(model_dir: Path | str, host: str, port: int,
         "--host", host, "--port", str(port),
         "--max-model-len", str(config.max_model_len),
         "--middleware", NODE_HEADER_MIDDLEWARE,
-        *ORDEAL_ENGINE_DEFAULTS,
+        *(ORDEAL_ENGINE_DEFAULTS if gpu is None else ORDEAL_GPU_ENGINE_DEFAULTS),
+        *(["--gpu-memory-utilization", f"{gpu.memory_utilization:g}"]
+          if gpu is not None and gpu.memory_utilization is not None else []),
         *extra_args,
         *config.engine_args,
     ]
@@ -85,28 +99,35 @@ def server_args(model_dir: Path | str, host: str, port: int,
 
 def replica_argv(python: str, model_dir: Path, host: str, port: int,
                  config: ReplicaConfig = ReplicaConfig(),
-                 extra_args: Sequence[str] = ()) -> list[str]:
+                 extra_args: Sequence[str] = (), gpu: GpuPlacement | None = None) -> list[str]:
     """The command of one vLLM replica: the same on this machine and in a
     container (where ``python`` is the bind-mounted interpreter)."""
     return [python, "-m", SERVER_MODULE,
-            *server_args(model_dir, host, port, config, extra_args)]
+            *server_args(model_dir, host, port, config, extra_args, gpu)]
 
 
 def replica_env(base: dict[str, str], cpu_core: int | None = None,
                 clock_file: Path | None = None,
-                config: ReplicaConfig = ReplicaConfig()) -> dict[str, str]:
+                config: ReplicaConfig = ReplicaConfig(),
+                gpu: GpuPlacement | None = None) -> dict[str, str]:
     """The environment a replica needs on top of ``base``; the user's
-    --engine-env last, so it wins."""
+    --engine-env last, so it wins. ``gpu``: the GPU build's placement
+    (CUDA_VISIBLE_DEVICES, no CPU variables, no FlashInfer sampler: it
+    would JIT-compile, and FlashInfer is often not installed)."""
     env = dict(base)
     env.update({
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "1"),
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")])),
     })
-    if cpu_core is not None:
+    if gpu is None:
+        env["VLLM_CPU_KVCACHE_SPACE"] = env.get("VLLM_CPU_KVCACHE_SPACE", "1")
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = gpu.visible
+        env["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
+    if cpu_core is not None and gpu is None:
         # vLLM's "auto" binding puts every replica's compute threads on
         # the same first core (and reserves the rest): two replicas then
         # fight over one core and a restart under load took minutes.
@@ -122,7 +143,8 @@ def replica_env(base: dict[str, str], cpu_core: int | None = None,
 #: Environment names Ordeal sets on a replica (their values are in summary.json).
 ORDEAL_ENGINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_CPU_KVCACHE_SPACE",
                      "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "VLLM_CPU_OMP_THREADS_BIND",
-                     "FAKETIME", "FAKETIME_TIMESTAMP_FILE", "LD_PRELOAD")
+                     "FAKETIME", "FAKETIME_TIMESTAMP_FILE", "LD_PRELOAD",
+                     "CUDA_VISIBLE_DEVICES", "VLLM_USE_FLASHINFER_SAMPLER")
 
 
 REPLICA_HINT = ("a CPU replica needs about 3 GB of memory and 45-90 s to start; check memory "
@@ -130,18 +152,28 @@ REPLICA_HINT = ("a CPU replica needs about 3 GB of memory and 45-90 s to start; 
                 "--ready-timeout on a slow machine")
 
 
+GPU_REPLICA_HINT = ("a GPU replica took 60-80 s to start on an H100 (imports, the engine "
+                    "process, warm-up); check nvidia-smi for memory other processes hold, "
+                    "that vLLM imports in the --vllm-python interpreter, and raise "
+                    "--ready-timeout on a slow machine")
+
+
 class VllmReplica(LocalNode):
     def __init__(self, name: str, endpoint: Endpoint, model_dir: Path, log_path: Path,
                  cluster_id: str, extra_args: Sequence[str] = (), cpu_core: int | None = None,
                  clock_file: Path | None = None, config: ReplicaConfig = ReplicaConfig(),
-                 cpus: tuple[int, ...] | None = None):
-        argv = replica_argv(sys.executable, model_dir, endpoint.host, endpoint.port, config,
-                            extra_args)
-        env = replica_env(dict(os.environ), cpu_core, clock_file, config)
+                 cpus: tuple[int, ...] | None = None, python: str | None = None,
+                 gpu: GpuPlacement | None = None):
+        argv = replica_argv(python or sys.executable, model_dir, endpoint.host, endpoint.port,
+                            config, extra_args, gpu)
+        env = replica_env(dict(os.environ), cpu_core, clock_file, config, gpu)
         self.config = config
+        #: The index the GPU faults act on (engines/vllm/gpus.py); None on CPU.
+        self.gpu_device = None if gpu is None else gpu.device
         super().__init__(name, "replica", endpoint,
-                         ManagedProcess(name, argv, env, log_path, cluster_id, cpus=cpus),
-                         REPLICA_HINT)
+                         ManagedProcess(name, argv, env, log_path, cluster_id,
+                                        cpus=cpus if gpu is None else None),
+                         REPLICA_HINT if gpu is None else GPU_REPLICA_HINT)
         self._clock_file = clock_file
 
     def wait_ready(self, timeout: float) -> None:
@@ -168,10 +200,13 @@ def probe_vllm_fingerprint(base_url: str, timeout: float = 30.0,
     return str(payload.get("system_fingerprint") or f"vllm-{payload.get('model', '?')}")
 
 
-def router_executable() -> str:
-    beside = Path(sys.executable).parent / "vllm-router"
-    if beside.exists():
-        return str(beside)
+def router_executable(python: str | None = None) -> str:
+    """vllm-router beside ``python`` (--vllm-python), beside this
+    interpreter, or on PATH."""
+    for interpreter in filter(None, (python, sys.executable)):
+        beside = Path(interpreter).parent / "vllm-router"
+        if beside.exists():
+            return str(beside)
     found = shutil.which("vllm-router")
     if not found:
         raise FileNotFoundError(
@@ -215,20 +250,31 @@ def router_argv(executable: str, host: str, port: int, worker_urls: Sequence[str
 ROUTER_HINT = "the router needs every worker URL to answer /health first; see the replicas' logs"
 
 
-def router_fingerprint() -> str:
-    return f"vllm-router-{metadata.version('vllm-router')}"
+def router_fingerprint(python: str | None = None) -> str:
+    """``vllm-router-<version>``, from the environment it was found in."""
+    try:
+        return f"vllm-router-{metadata.version('vllm-router')}"
+    except metadata.PackageNotFoundError:
+        if not python:
+            raise
+    probe = subprocess.run([python, "-c", "import importlib.metadata as m; "
+                            "print(m.version('vllm-router'))"],
+                           capture_output=True, text=True, timeout=60)
+    return f"vllm-router-{probe.stdout.strip() or 'unknown'}"
 
 
 class VllmRouter(LocalNode):
     def __init__(self, name: str, endpoint: Endpoint, worker_urls: Sequence[str],
                  log_path: Path, cluster_id: str, metrics_port: int | None = None,
-                 profile: str = "ordeal", extra_args: Sequence[str] = ()):
+                 profile: str = "ordeal", extra_args: Sequence[str] = (),
+                 python: str | None = None):
         # The router's Prometheus exporter binds 29000 unless told otherwise,
         # so a second cluster on the machine (an xdist worker, a resumed run
         # while the dead one's router lives) panicked with "address already
         # in use". Each router gets its own port, chosen with the others.
         self.metrics_port = metrics_port
-        argv = router_argv(router_executable(), endpoint.host, endpoint.port, worker_urls,
+        self.python = python
+        argv = router_argv(router_executable(python), endpoint.host, endpoint.port, worker_urls,
                            metrics_port=metrics_port, profile=profile, extra_args=extra_args)
         super().__init__(name, "router", endpoint,
                          ManagedProcess(name, argv, dict(os.environ), log_path, cluster_id),
@@ -236,4 +282,4 @@ class VllmRouter(LocalNode):
 
     def wait_ready(self, timeout: float) -> None:
         super().wait_ready(timeout)
-        self._fingerprint = router_fingerprint()
+        self._fingerprint = router_fingerprint(self.python)

@@ -26,7 +26,12 @@ def test_throttled_replica_slows_down_and_recovers(ordeal_run):
     other = e2e_of(fault, "replica-0")
     assert None not in (slow, base, back, other), r.brief()
     assert slow >= 2 * base, (slow, base, r.brief())
-    assert slow >= 1.5 * other, (slow, other)  # the target, not the whole machine
+    cluster = ordeal_run.cluster
+    shared = (r.window["inject_result"].get("analog") == "cuda-matmul"
+              and getattr(cluster.node("replica-0"), "gpu_device", None)
+              == getattr(cluster.node("replica-1"), "gpu_device", None))
+    if not shared:  # replicas sharing one GPU are slowed together by its co-tenant
+        assert slow >= 1.5 * other, (slow, other)  # the target, not the whole machine
     assert back <= 1.5 * base + 50, (back, base)
     assert after.ok_share == 1.0, r.brief()
     r.assert_verdict()  # the whole verdict, known findings applied

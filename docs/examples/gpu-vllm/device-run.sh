@@ -75,6 +75,7 @@ if [ ! -f /tmp/vllm-installed ]; then
     touch /tmp/vllm-installed
 fi
 $VPY -c "import torch, vllm, transformers, numpy, setuptools; print('vllm', vllm.__version__, '| torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available(), torch.cuda.get_device_name(0), '| transformers', transformers.__version__, '| numpy', numpy.__version__, '| setuptools', setuptools.__version__)" 2>&1 | tail -3
+[ "${STOP_AFTER:-}" = install ] && exit 0
 ROUTER=$(dirname $VPY)/vllm-router
 ldd $($VPY -c "import vllm, os; print(os.path.join(os.path.dirname(vllm.__file__), '_C_stable_libtorch.abi3.so'))") 2>/dev/null | grep -E "cudart|not found" | head -5
 

