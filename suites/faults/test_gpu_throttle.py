@@ -25,9 +25,15 @@ def test_throttled_replica_slows_down_and_recovers(ordeal_run):
     slow, base, back = (e2e_of(p, "replica-1") for p in (fault, steady, after))
     other = e2e_of(fault, "replica-0")
     assert None not in (slow, base, back, other), r.brief()
-    assert slow >= 2 * base, (slow, base, r.brief())
+    on_gpu = r.window["inject_result"].get("analog") == "cuda-matmul"
+    # The CPU quota halves a replica's speed and more; on a GPU the tiny
+    # model's steps are launch-bound, and co-tenant matmuls made TTFT/TPOT
+    # 20-40% slower on the H200 (docs/DEVELOPING.md "GPU"): the device's own
+    # load is the effect NVML confirms (fault_effective), the slowdown is
+    # what users meet.
+    assert slow >= (1.1 if on_gpu else 2) * base, (slow, base, r.brief())
     cluster = ordeal_run.cluster
-    shared = (r.window["inject_result"].get("analog") == "cuda-matmul"
+    shared = (on_gpu
               and getattr(cluster.node("replica-0"), "gpu_device", None)
               == getattr(cluster.node("replica-1"), "gpu_device", None))
     if not shared:  # replicas sharing one GPU are slowed together by its co-tenant
