@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+#: One part of a compound duration (``1h30m``, ``2m30s``, ``1d12h``).
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
@@ -27,17 +29,27 @@ class ConfigError(ValueError):
 
 
 def parse_duration(text: str | float | int, setting: str = "duration") -> float:
-    """'90', '90s', '5m', '72h', '1.5h' -> seconds."""
+    """'90', '90s', '5m', '72h', '1.5h', '1h30m' -> seconds."""
     if isinstance(text, (int, float)):
         seconds = float(text)
     else:
         m = _DURATION.match(str(text))
-        if not m:
+        compact = str(text).strip().replace(" ", "")
+        parts = _PART.findall(compact)
+        if m:
+            seconds = float(m.group(1)) * _UNIT_S[m.group(2)]
+        elif parts and "".join(n + u for n, u in parts) == compact:
+            # Each unit once, largest first: "1h30m", not "30m1h" or "1m1m".
+            order = [list(_UNIT_S).index(u) for _, u in parts]
+            if order != sorted(order, reverse=True) or len(set(order)) != len(order):
+                raise ConfigError(f"{setting}: {text!r}: give each unit once, largest first, "
+                                  "e.g. 1h30m or 2m30s")
+            seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
+        else:
             raise ConfigError(
                 f"{setting}: cannot read {text!r} as a duration; "
-                "write a number with an optional unit, e.g. 90, 90s, 5m, 72h"
+                "write a number with an optional unit, e.g. 90, 90s, 5m, 72h, 1h30m"
             )
-        seconds = float(m.group(1)) * _UNIT_S[m.group(2)]
     if seconds <= 0:
         raise ConfigError(f"{setting}: must be more than zero, got {text!r}")
     return seconds
