@@ -98,24 +98,40 @@ def _figures(details: Any, limit: int = 6) -> str:
     return ", ".join(f"{k}={v}" for k, v in items)
 
 
-def cmd_show(run_dir: Path, out: Any) -> int:
+#: ``show``'s exit status by verdict: a script can gate on it.
+SHOW_EXIT = {"pass": 0, "fail": 1}
+
+
+def cmd_show(run_dir: Path, out: Any, all_faults: bool = False) -> int:
+    """The verdict and what it rests on, most important first: the verdict,
+    its scope (what was not judged), the findings (known ones marked, with
+    their bounds beside the figures), the invariants, then the faults folded
+    by kind (``all_faults``: one line each). Exit 0 pass, 1 fail, 2 unknown."""
     s = read_summary(run_dir)
+    verdict = str(s.get("verdict", "unknown"))
     out.write(f"run      {s.get('run_id', run_dir.name)}\n"
               f"suite    {s.get('suite', '?')}\n"
               f"time     {s.get('started', '?')} .. {s.get('ended', '?')}\n"
-              f"verdict  {str(s.get('verdict', 'unknown')).upper()}\n")
+              f"verdict  {verdict.upper()}\n")
     scope = s.get("scope") if isinstance(s.get("scope"), dict) else {}
     for name, v in (scope.get("not_judged") or {}).items():
         if isinstance(v, dict):  # what the verdict does not cover, first (issue 47)
             out.write(f"scope    not judged: {name}"
                       f"{' (REQUIRED by --require-judged)' if v.get('required') else ''}: "
                       f"{str(v.get('why', ''))[:200]}\n")
+    for f in s.get("findings") or []:
+        if not isinstance(f, dict):
+            continue
+        if f.get("known"):
+            mark = "known   "
+            tail = f" [known: {'; '.join(map(str, f['known']))[:160]}; bounds: " \
+                   f"{'; '.join(map(str, f.get('known_bounds') or []))[:160]}]"
+        else:
+            mark, tail = "FINDING ", ""
+        out.write(f"{mark} {f.get('invariant')}: {str(f.get('what', ''))[:200]}{tail}\n")
+        for beyond in f.get("beyond_known") or []:
+            out.write(f"         beyond a known finding: {str(beyond)[:200]}\n")
     out.write(f"ops      {json.dumps(s.get('ops', {}))}\n")
-    for f in s.get("faults") or []:
-        if isinstance(f, dict):
-            out.write(f"fault    {f.get('kind')} on {f.get('target')}: {f.get('injected')} .. "
-                      f"{f.get('healed')}"
-                      f"{'  ERROR ' + str(f['error']) if f.get('error') else ''}\n")
     out.write("invariants:\n")
     for inv in s.get("invariants") or []:
         if not isinstance(inv, dict):
@@ -125,12 +141,30 @@ def cmd_show(run_dir: Path, out: Any) -> int:
         if cx and isinstance(cx[0], dict):
             first = f"; first: op {cx[0].get('index', '?')} {str(cx[0].get('problem', ''))[:80]}"
         out.write(f"  {inv.get('valid')!s:7} {inv.get('name')}: {_figures(inv.get('details'))}"
+                  f"{' (known)' if inv.get('known') else ''}"
                   f"{f' [{len(cx)} counterexamples{first}]' if cx else ''}\n")
+    faults = [f for f in s.get("faults") or [] if isinstance(f, dict)]
+    if all_faults:
+        for f in faults:
+            out.write(f"fault    {f.get('kind')} on {f.get('target')}: {f.get('injected')} .. "
+                      f"{f.get('healed')}"
+                      f"{'  ERROR ' + str(f['error']) if f.get('error') else ''}\n")
+    else:
+        by_kind: dict[str, list[dict[str, Any]]] = {}
+        for f in faults:
+            by_kind.setdefault(str(f.get("kind")), []).append(f)
+        for kind, fs in by_kind.items():
+            targets = sorted({str(f.get("target")) for f in fs})
+            errors = sum(1 for f in fs if f.get("error"))
+            out.write(f"faults   {kind} x{len(fs)} on {', '.join(targets)[:120]}"
+                      f"{f'; {errors} with an error' if errors else ''}\n")
+        if faults:
+            out.write(f"         ({len(faults)} fault(s); --faults lists each)\n")
     for e in s.get("errors") or []:
         out.write(f"error    {str(e)[:300]}\n")
     report = run_dir / REPORT_NAME
     out.write(f"report   {report if report.exists() else '(none; python -m reports render)'}\n")
-    return 0
+    return SHOW_EXIT.get(verdict, 2)
 
 
 def cmd_compare(a_dir: Path, b_dir: Path, out: Any) -> int:
@@ -248,7 +282,11 @@ def main(argv: Sequence[str] | None = None, out: Any = None) -> int:
     p.add_argument("--runs-dir", type=Path, default=DEFAULT_RUNS)
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="runs with verdict, suite, start, ops")
-    sub.add_parser("show", help="a run's summary").add_argument("run", nargs="?")
+    show = sub.add_parser("show", help="a run's verdict, scope, findings, invariants and "
+                                       "faults (exit 0 pass, 1 fail, 2 unknown)")
+    show.add_argument("run", nargs="?")
+    show.add_argument("--faults", action="store_true", help="every fault, one line each "
+                                                            "(default: folded by kind)")
     c = sub.add_parser("compare", help="two runs side by side")
     c.add_argument("run_a")
     c.add_argument("run_b")
@@ -267,7 +305,7 @@ def main(argv: Sequence[str] | None = None, out: Any = None) -> int:
         if args.cmd == "list":
             return cmd_list(args.runs_dir, out)
         if args.cmd == "show":
-            return cmd_show(resolve_run(args.runs_dir, args.run), out)
+            return cmd_show(resolve_run(args.runs_dir, args.run), out, args.faults)
         if args.cmd == "compare":
             return cmd_compare(resolve_run(args.runs_dir, args.run_a),
                                resolve_run(args.runs_dir, args.run_b), out)

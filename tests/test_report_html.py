@@ -21,6 +21,7 @@ from ordeal.history.ops import Op
 from ordeal.history.writer import History
 from reports.__main__ import main as cli
 from reports.collect import CLOUD_POINTS, MAX_BUCKETS
+from reports.findings import findings_of
 from reports.html import render_report
 from reports.run_dir import RunDir
 from reports.summary import build_summary
@@ -193,7 +194,7 @@ def test_cli_list_show_compare_render_open(tmp_path):
     rc, out = run_cli("--runs-dir", str(tmp_path), "show")  # latest = b
     assert rc == 0 and b.run_id in out and "PASS" in out and "canary_determinism" in out
     rc, out = run_cli("--runs-dir", str(tmp_path), "show", a.run_id)
-    assert rc == 0 and "FAIL" in out and "1 counterexamples" in out
+    assert rc == 1 and "FAIL" in out and "1 counterexamples" in out  # exit 1: fail
     rc, out = run_cli("--runs-dir", str(tmp_path), "compare", a.run_id, b.run_id)
     assert rc == 0 and "differs" in out and "canaries=6" in out and "canaries=1" in out
     assert run_cli("--runs-dir", str(tmp_path), "open")[0] == 2  # not rendered yet
@@ -230,6 +231,40 @@ def test_a_pass_with_a_scope_says_what_it_left_out_first(tmp_path):
     lines = out.splitlines()
     assert rc == 0 and lines[3] == "verdict  PASS", lines
     assert lines[4].startswith("scope    not judged: failover: node_attribution: the"), lines
+
+
+def test_show_puts_findings_first_marks_known_ones_and_folds_faults(tmp_path):
+    """Issue 43: the verdict, then findings (a known one marked, with its
+    bounds beside the figure), invariants, then faults by kind; --faults
+    lists each; exit 0 pass, 1 fail, 2 unknown."""
+    rd = RunDir.create(tmp_path, "findings")
+    with History(rd.history_path) as h:
+        h.append("invoke", 0, "completions", {"prompt": "x"})
+        h.append("ok", 0, "completions", {"e2e_ms": 5.0, "ttft_ms": 1.0})
+    known = [{"reason": "vllm-router ejects after ~6 s", "bounds": {"max_ejection_s": 9.0},
+              "measured": {"max_ejection_s": 6.2}, "beyond": []}]
+    summary = summary_for(rd.run_id, ok=1, invariants=[
+        {"name": "failover", "valid": False, "known": known, "details": {"windows": 3},
+         "counterexamples": [{"index": 7, "problem": "sent to replica-1 6.2s after"}]},
+        {"name": "goodput", "valid": False, "details": {"goodput": 0.5},
+         "counterexamples": [{"index": 9, "problem": "half missed"}]}])
+    summary["faults"] = [{"kind": "process_pause", "target": f"replica-{i % 2}",
+                          "injected": "t0", "healed": "t1"} for i in range(5)]
+    summary["findings"] = findings_of(summary)
+    rd.write_summary(summary)
+    rc, out = run_cli("show", str(rd.path))
+    lines = out.splitlines()
+    assert rc == 1 and lines[3] == "verdict  FAIL", lines
+    assert lines[4].startswith("known    failover: the router kept sending") and (
+        "bounds: max_ejection_s 6.2 <= 9" in lines[4]), lines
+    assert lines[5].startswith("FINDING  goodput: too few requests"), lines
+    assert out.index("invariants:") < out.index("faults   process_pause x5 on replica-0, "
+                                                 "replica-1")
+    rc, every = run_cli("show", "--faults", str(rd.path))
+    assert every.count("fault    process_pause on replica-") == 5
+    summary["verdict"] = "unknown"
+    rd.write_summary(summary)
+    assert run_cli("show", str(rd.path))[0] == 2
 
 
 def test_cli_errors_are_clear(tmp_path, capsys):
