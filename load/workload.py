@@ -227,7 +227,9 @@ class Dataset:
 
 
 def load_dataset(path: str | Path) -> Dataset:
-    """Read a JSONL dataset, one entry per line (blank lines skipped):
+    """Read a dataset: JSONL, one entry per line (blank lines skipped), or
+    one JSON array of entries (ShareGPT's files as published, e.g.
+    ``ShareGPT_V3_unfiltered_cleaned_split.json``):
 
     - ``{"prompt": "..."}``: one single-turn prompt;
     - ShareGPT's shape, ``{"conversations": [{"from": "human", "value": "..."},
@@ -248,6 +250,19 @@ def load_dataset(path: str | Path) -> Dataset:
     except UnicodeDecodeError as e:
         raise ConfigError(f"{where}: not UTF-8 text ({e})") from e
     entries: list[Conversation] = []
+    if text.lstrip().startswith("["):
+        # ShareGPT as it is published: one JSON array of entries.
+        try:
+            array = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise ConfigError(f"{where}: starts with '[' but is not a JSON array ({e}); give "
+                              "one JSON array of entries, or one JSON object per line") from e
+        if not isinstance(array, list):
+            raise ConfigError(f"{where}: not a JSON array")
+        entries = [_dataset_entry(obj, f"{where} entry {i}") for i, obj in enumerate(array)]
+        if not entries:
+            raise ConfigError(f"{where}: an empty array; give at least one entry")
+        return Dataset(str(p), hashlib.sha256(raw).hexdigest(), tuple(entries))
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue

@@ -361,3 +361,23 @@ def test_spec_to_dict_round_trips_through_json(tmp_path):
     (tmp_path / "d.jsonl").write_text('{"prompt": "changed"}\n')
     with pytest.raises(ConfigError, match=r"sha256 .* the file changed"):
         WorkloadSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+
+def test_a_sharegpt_json_array_is_read_as_published(tmp_path):
+    """ShareGPT's files are one JSON array, not JSONL: read as they are,
+    with the same entries as the same lines in JSONL; a bad entry is named
+    by its index."""
+    lines = (EXAMPLES / "sharegpt-sample.jsonl").read_text().splitlines()
+    array = tmp_path / "sharegpt.json"
+    array.write_text(json.dumps([json.loads(x) for x in lines if x.strip()], indent=1))
+    assert load_dataset(array).conversations == load_dataset(
+        EXAMPLES / "sharegpt-sample.jsonl").conversations
+    array.write_text('[{"prompt": "a"}, {"conversations": 3}]')
+    with pytest.raises(ConfigError, match=r"entry 1: neither 'prompt' nor a 'conversations'"):
+        load_dataset(array)
+    array.write_text("[]")
+    with pytest.raises(ConfigError, match="an empty array"):
+        load_dataset(array)
+    array.write_text('[{"prompt": "a"},')
+    with pytest.raises(ConfigError, match="is not a JSON array"):
+        load_dataset(array)
