@@ -66,6 +66,25 @@ NO_NODE_NAMED = ("faults stopped replicas, but no answer named the replica that 
 _LINK = re.compile(r"^router-(replica-\d+)(-grpc)?$")
 
 
+def partial_attribution(ctx: RunContext, alone: int, unplaced_in_windows: int) -> str | None:
+    """Why a pass would rest on answers the deployment's own header did not
+    place (``ctx.provided`` node_attribution: an external target's
+    ``replica_header``), or None. There, an answer whose value no replica
+    claims is no node: a window looks "alone" when the file names only
+    some replicas, and a victim that came back under another name answers
+    unplaced. Ordeal's own replicas always name themselves."""
+    if "node_attribution" not in ctx.provided:
+        return None
+    if alone:
+        return (f"{alone} window(s) on a replica no other named replica answered beside: the "
+                "deployment's replica header may name replicas the target file does not list")
+    if unplaced_in_windows:
+        return (f"{unplaced_in_windows} answer(s) during a fault window named no listed "
+                "replica: whether the stopped one served them cannot be seen (add their "
+                "header values to served_as)")
+    return None
+
+
 def victim_of(target: str, replicas: tuple[str, ...] = ()) -> str | None:
     """The replica a fault on ``target`` stops: itself, or the far end of a
     router->replica link; None for any other target (the router, a client
@@ -119,6 +138,7 @@ class Failover(StreamingChecker):
         self.max_readmission_ns: int | None = None
         self.not_readmitted = 0
         self.unplaced = 0
+        self.unplaced_in_windows = 0  # of those, sent while a replica was down
         self.last_invoke_ns = 0
         self.examples: list[dict[str, Any]] = []
         self.late_total = 0
@@ -174,6 +194,8 @@ class Failover(StreamingChecker):
             self.nodes.add(node)
         if op.type == "ok" and node is None:
             self.unplaced += 1
+            if any(row.covers(t) for row in self.rows.values()):
+                self.unplaced_in_windows += 1
             return
         for row in self.rows.values():
             if row.inject_failed:
@@ -275,5 +297,9 @@ class Failover(StreamingChecker):
             # replica claims, say): every window would look like one on the
             # only replica, and a pass would rest on nothing.
             details["why"] = NO_NODE_NAMED
+            return Result(self.name, "unknown", details, [])
+        partial = partial_attribution(self.ctx, self.alone, self.unplaced_in_windows)
+        if not bad and partial:
+            details["why"] = partial
             return Result(self.name, "unknown", details, [])
         return Result(self.name, not bad, details, list(self.examples))

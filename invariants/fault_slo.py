@@ -41,7 +41,7 @@ from ordeal.history.ops import HARNESS, Op
 from ordeal.history.windows import CLOSED, HEALING, INJECT_FAILED, OPENED, FaultWindows
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
-from .failover import NO_NODE_NAMED, STOPS, victim_of
+from .failover import NO_NODE_NAMED, STOPS, partial_attribution, victim_of
 from .histogram import LatencyHistogram
 from .planted import is_withdrawn
 from .settings import FaultSLOTargets
@@ -100,6 +100,7 @@ class FaultSLO(StreamingChecker):
         # process -> (labels of the windows judging it, its schedule lag in ms, invoke ns)
         self.invoked: dict[Any, tuple[list[str], float, int]] = {}
         self.nodes: set[str] = set()  # every replica seen answering
+        self.unplaced_in_windows = 0  # ok answers in a judged span naming no replica
         self.totals = {"windows": 0, "judged": 0, "violations": 0, "alone": 0,
                        "too_few_requests": 0, "inject_failed": 0}
         self.retired_rows = 0
@@ -149,6 +150,8 @@ class FaultSLO(StreamingChecker):
         if op.type == "ok" and node is not None:
             self.nodes.add(node)
         labels, lag, sent_ns = self.invoked.pop(op.process, (None, 0.0, op.time_ns))
+        if op.type == "ok" and node is None and labels:
+            self.unplaced_in_windows += 1
         if not labels or is_withdrawn(op) or op.value.get("gap"):
             return
         figures = due_figures(op.value, lag)
@@ -236,5 +239,9 @@ class FaultSLO(StreamingChecker):
         }
         if not totals["violations"] and totals["windows"] and not self.nodes:
             details["why"] = NO_NODE_NAMED  # every window would be "alone": nothing judged
+            return Result(self.name, "unknown", details, [])
+        partial = partial_attribution(self.ctx, totals["alone"], self.unplaced_in_windows)
+        if not totals["violations"] and partial:
+            details["why"] = partial
             return Result(self.name, "unknown", details, [])
         return Result(self.name, not totals["violations"], details, examples)

@@ -219,11 +219,15 @@ class Dataset:
     path: str
     sha256: str
     conversations: tuple[Conversation, ...]
+    #: Entries of a JSON array with no human turn (ShareGPT as published has
+    #: empty conversations): left out, and counted here.
+    skipped: int = 0
 
     def describe(self) -> dict[str, Any]:
         return {"path": self.path, "sha256": self.sha256,
                 "entries": len(self.conversations),
-                "turns": sum(len(c) for c in self.conversations)}
+                "turns": sum(len(c) for c in self.conversations),
+                **({"skipped_without_a_human_turn": self.skipped} if self.skipped else {})}
 
 
 def load_dataset(path: str | Path) -> Dataset:
@@ -259,10 +263,19 @@ def load_dataset(path: str | Path) -> Dataset:
                               "one JSON array of entries, or one JSON object per line") from e
         if not isinstance(array, list):
             raise ConfigError(f"{where}: not a JSON array")
-        entries = [_dataset_entry(obj, f"{where} entry {i}") for i, obj in enumerate(array)]
+        skipped = 0
+        for i, obj in enumerate(array):
+            if isinstance(obj, dict) and isinstance(obj.get("conversations"), list) and not any(
+                    isinstance(t, dict) and t.get("from") in _USER_ROLES
+                    and isinstance(t.get("value"), str) and t["value"].strip()
+                    for t in obj["conversations"]):
+                skipped += 1  # an empty conversation, as published files have
+                continue
+            entries.append(_dataset_entry(obj, f"{where} entry {i}"))
         if not entries:
-            raise ConfigError(f"{where}: an empty array; give at least one entry")
-        return Dataset(str(p), hashlib.sha256(raw).hexdigest(), tuple(entries))
+            raise ConfigError(f"{where}: no entry with a human turn ({len(array)} in the "
+                              "array); give at least one")
+        return Dataset(str(p), hashlib.sha256(raw).hexdigest(), tuple(entries), skipped)
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -309,6 +310,9 @@ class ClusterSpec:
                 x.strip().isdigit() for x in self.replica_gpus.split(",")):
             raise ConfigError(f"--replica-gpus {self.replica_gpus!r}: give auto, shared, or GPU "
                               "indices such as 0,1 (replica i gets the i-th, round robin)")
+        if self.vllm_python is not None and "/" not in self.vllm_python:
+            found = shutil.which(self.vllm_python)  # a name on PATH, as a shell finds it
+            object.__setattr__(self, "vllm_python", found or self.vllm_python)
         if self.vllm_python is not None and not os.access(self.vllm_python, os.X_OK):
             raise ConfigError(f"--vllm-python {self.vllm_python}: not an executable file; give "
                               "the python of the environment vLLM is installed in (e.g. "

@@ -1,5 +1,8 @@
 """summary.json: the run's verdict and what it rests on. Later work adds
-keys; the keys written here stay, with the same meaning."""
+keys; the keys written here stay, with the same meaning, but for one
+widening (2026-12-06, issue 47): ``verdict`` is over the invariants judged,
+and ``scope`` names those the cluster could not give the data for (on
+Ordeal's own clusters there are none, and nothing changed)."""
 
 from __future__ import annotations
 
@@ -33,6 +36,10 @@ def scope_of(invariants: list[dict[str, Any]],
             not_judged[str(i.get("name"))] = {
                 "why": "; ".join(f"{need}: {why}" for need, why in missing.items()),
                 "required": i.get("name") in require_judged}
+    ran = {str(i.get("name")) for i in invariants}
+    for name in sorted(set(require_judged) - ran):  # required, and no checker of this run judged it
+        not_judged[name] = {"why": "no checker of this run judges it (not run here)",
+                            "required": True}
     return {"complete": not not_judged,
             "judged": [str(i.get("name")) for i in invariants
                        if str(i.get("name")) not in not_judged],
@@ -62,7 +69,9 @@ def judge_verdict(invariants: list[dict[str, Any]], errors: Collection[str] = ()
     left_out = {n for n, v in scope["not_judged"].items() if not v["required"]}
     verdicts = [True if i.get("known") else i.get("valid") for i in invariants
                 if str(i.get("name")) not in left_out]
-    return verdict_of(verdicts + (["unknown"] if errors else [])), scope
+    absent = ["unknown" for n in require_judged if n not in {str(i.get("name"))
+                                                             for i in invariants}]
+    return verdict_of(verdicts + absent + (["unknown"] if errors else [])), scope
 
 
 def build_summary(*, run_id: str, suite: str, started: str, ended: str,

@@ -103,7 +103,12 @@ def verdict_problems(summary: dict[str, Any]) -> list[str]:
     only its fault's effect lets a stack that answers wrong, loses or
     repeats requests pass."""
     problems = []
-    required = set((summary.get("scope") or {}).get("require_judged") or ())
+    scope = summary.get("scope") or {}
+    required = set(scope.get("require_judged") or ())
+    ran = {i.get("name") for i in summary.get("invariants", [])}
+    for name in sorted(required - ran):
+        problems.append(f"{name}: --require-judged names it, and no checker of this run "
+                        "judges it")
     for i in summary.get("invariants", []):
         if i.get("valid") is False and not i.get("known"):
             examples = i.get("counterexamples") or []
@@ -458,7 +463,8 @@ class OrdealRun:
         if checkers is None and self.cluster is not None and hasattr(self.cluster, "replicas"):
             # An invariant like the others: when it cannot be judged here
             # (every replica restarted, statistics unreadable) it is
-            # "unknown" with why, in the verdict, never left out.
+            # "unknown" with why, in the verdict; only a cluster that cannot
+            # give its data (not_judgeable) puts it in the scope instead.
             judged = self._engine_consistency(counts)
             missing = {k: why for k, why in ctx.unavailable.items()
                        if k in ENGINE_CONSISTENCY_NEEDS}

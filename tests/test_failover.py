@@ -253,3 +253,32 @@ def test_stopping_faults_with_no_answer_naming_a_replica_are_unknown():
     r = p.judge()
     assert r.valid == "unknown" and "no answer named" in r.details["why"], r.details
     assert r.details["unplaced"] > 30
+
+
+def test_with_a_deployment_s_own_header_partial_placement_is_unknown():
+    """An external target's replica_header (ctx.provided): a window whose
+    victim no other listed replica answered beside (the file lists one of
+    several), or answers in a window that name no listed replica, leave
+    failover unknown; the same history on Ordeal's own cluster is judged."""
+    provided = RunContext(run_id="t", replicas=("pod-a", "pod-b"),
+                          provided={"node_attribution": "x-served-by"})
+    p = Plan()
+    t = 0.0
+    while t < 20:
+        p.request(t, t + 0.1, "pod-a" if t < 1 or t >= 12 else None)  # pod-c, unlisted
+        t += 0.5
+    p.fault(1, 12, kind="process_pause", target="pod-b")
+    ops = [replace(o, index=i) for i, o in enumerate(sorted(p.ops, key=lambda o: o.time_ns))]
+    r = Failover().check(ops, provided)
+    assert r.valid == "unknown" and "named no listed replica" in r.details["why"], r.details
+    own = Failover().check(ops, RunContext(run_id="t", replicas=("pod-a", "pod-b")))
+    assert own.valid is True
+    q = Plan()
+    t = 0.0
+    while t < 20:
+        q.request(t, t + 0.1, "pod-b")  # only the victim is ever named
+        t += 0.5
+    q.fault(1, 12, kind="process_pause", target="pod-b")
+    ops = [replace(o, index=i) for i, o in enumerate(sorted(q.ops, key=lambda o: o.time_ns))]
+    r = Failover().check(ops, provided)
+    assert r.valid == "unknown" and "no other named replica" in r.details["why"], r.details

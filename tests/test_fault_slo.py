@@ -225,3 +225,15 @@ def test_stopping_faults_with_no_answer_naming_a_replica_are_unknown():
     p.fault(2, 14, target="replica-1")
     r = p.judge()
     assert r.valid == "unknown" and "no answer named" in r.details["why"], r.details
+
+
+def test_with_a_deployment_s_own_header_unplaced_answers_in_a_window_are_unknown():
+    p = Plan()
+    steady(p, 0, 20, node="replica-0")
+    steady(p, 7, 12, every=0.25, node=None)  # answers in the judged span naming no one
+    p.fault(2, 14, target="replica-1")
+    ops = [replace(o, index=i) for i, o in enumerate(sorted(p.ops, key=lambda o: o.time_ns))]
+    provided = RunContext("t", provided={"node_attribution": "x-served-by"})
+    r = FaultSLO().check(ops, provided)
+    assert r.valid == "unknown" and "named no listed replica" in r.details["why"], r.details
+    assert FaultSLO().check(ops, CTX).valid != "unknown"  # Ordeal's own: judged as before

@@ -81,6 +81,12 @@ def test_a_pass_on_a_cluster_that_cannot_judge_everything_names_its_scope():
     assert p.startswith("failover: not judged on this cluster, and --require-judged names it")
     with pytest.raises(AssertionError, match="require-judged"):
         assert_verdict(required)
+    # Required and not run at all (no checker of this run judges it): no pass.
+    absent = summary_of(inv("goodput", True), require_judged=("failover",))
+    assert absent["verdict"] == "unknown" and absent["scope"]["not_judged"]["failover"] == {
+        "why": "no checker of this run judges it (not run here)", "required": True}
+    assert verdict_problems(absent) == [
+        "failover: --require-judged names it, and no checker of this run judges it"]
     # A finding stands whatever the scope; nothing judged is no pass.
     assert summary_of(inv("goodput", False), failover)["verdict"] == "fail"
     assert summary_of(failover)["verdict"] == "unknown"

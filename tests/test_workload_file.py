@@ -375,8 +375,13 @@ def test_a_sharegpt_json_array_is_read_as_published(tmp_path):
     array.write_text('[{"prompt": "a"}, {"conversations": 3}]')
     with pytest.raises(ConfigError, match=r"entry 1: neither 'prompt' nor a 'conversations'"):
         load_dataset(array)
+    # Published files hold empty conversations: left out and counted.
+    array.write_text('[{"conversations": []}, {"conversations": [{"from": "gpt", "value": "x"}]},'
+                     ' {"prompt": "a"}]')
+    ds = load_dataset(array)
+    assert len(ds.conversations) == 1 and ds.describe()["skipped_without_a_human_turn"] == 2
     array.write_text("[]")
-    with pytest.raises(ConfigError, match="an empty array"):
+    with pytest.raises(ConfigError, match="no entry with a human turn"):
         load_dataset(array)
     array.write_text('[{"prompt": "a"},')
     with pytest.raises(ConfigError, match="is not a JSON array"):

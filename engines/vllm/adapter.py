@@ -30,7 +30,7 @@ from load.metrics import fetch_metrics
 from load.workload import OpenAIClient, WorkloadSpec
 from nodes.local import LocalNode
 from nodes.ports import free_ports
-from ordeal.config import redact_argv, redact_env
+from ordeal.config import ConfigError, redact_argv, redact_env
 from ordeal.history.ops import Op
 from ordeal.topology import Endpoint
 from ordeal.workers import visible_gpus
@@ -82,6 +82,10 @@ def place_replicas(cluster: Any) -> None:
         plan = plan_gpus(spec.replicas, build.gpus, parse_replica_gpus(spec.replica_gpus))
         env = os.environ.get("CUDA_VISIBLE_DEVICES")
         outer = list(range(build.gpus)) if env is None else visible_gpus(env, 1 << 16)
+        if len(outer) < build.gpus:
+            raise ConfigError(f"CUDA_VISIBLE_DEVICES={env!r}: Ordeal places replicas by GPU "
+                              "index and cannot read this list (UUIDs or MIG ids); give "
+                              "indices, e.g. CUDA_VISIBLE_DEVICES=0,1")
         # An index is one of the harness's own visible GPUs (an xdist worker's).
         cluster.gpu_plan = [dataclasses.replace(p, visible=str(outer[p.device])) for p in plan]
         gpu_env = replica_env({}, gpu=cluster.gpu_plan[0])

