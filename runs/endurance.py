@@ -48,7 +48,7 @@ from ordeal.history.windows import INJECTED, FaultWindows, Window
 from ordeal.history.writer import History
 from ordeal.topology import LINK_KINDS
 from reports.run_dir import write_json_atomic
-from runs.run import provided_data, replica_names, unavailable_data
+from runs.run import checker_context
 
 STATE_NAME = "endurance.json"
 INTERIM_NAME = "interim.json"
@@ -840,10 +840,7 @@ def run_endurance(run: Any, state: EnduranceState, say: Callable[[str], None],
         say(f"  {fmt_s(s.at_s + position_s)}  {s.kind} on {s.target} {s.params or ''}")
     if len(injects) > 40:
         say(f"  ... and {len(injects) - 40} more (endurance.json has them all)")
-    ctx = RunContext(run_id=run.run_id, settings=run.checker_settings,
-                     unavailable=unavailable_data(run.cluster),
-                     replicas=replica_names(run.cluster),
-                     provided=provided_data(run.cluster))
+    ctx = checker_context(run.run_id, run.checker_settings, run.cluster)
     judge = Judge(run.run_dir.history_path, run.run_dir.path, plan, ctx, say,
                   live_from_index=first_index, position_s=position_s, checkers=make())
     judge.start()

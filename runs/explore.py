@@ -41,7 +41,6 @@ from invariants import (
     HealthTruthful,
     NoSilentLoss,
     Result,
-    RunContext,
     StreamWellFormed,
     UsageMatchesTokens,
 )
@@ -52,7 +51,7 @@ from ordeal.config import ConfigError
 from ordeal.history.ops import NEMESIS
 from ordeal.history.reader import read_history
 from ordeal.history.writer import History
-from runs.run import provided_data, replica_names, unavailable_data
+from runs.run import checker_context
 
 FORMAT_VERSION = 1
 #: Consistency checkers judged after every step (issue 12: at least these).
@@ -333,10 +332,7 @@ class ExampleHarness:
         damaged: list[str] = []
         results = check_all([c() for c in CHECKERS],
                             read_history(self.history_path, on_error=damaged.append),
-                            RunContext(run_id=self.run_id, settings=EXPLORE_SETTINGS,
-                                       unavailable=unavailable_data(self.cluster),
-                                       replicas=replica_names(self.cluster),
-                                       provided=provided_data(self.cluster)))
+                            checker_context(self.run_id, EXPLORE_SETTINGS, self.cluster))
         if not final:
             for i, r in enumerate(results):
                 if r.name == "no_silent_loss" and r.valid is False:

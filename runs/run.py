@@ -77,6 +77,14 @@ def provided_data(cluster: Any) -> dict[str, str]:
     return dict(ask()) if callable(ask) else {}
 
 
+def checker_context(run_id: str, settings: CheckerSettings, cluster: Any) -> RunContext:
+    """The checkers' RunContext for a run on ``cluster``: what it cannot
+    give, what it gives its own way, and its replicas' names. One home for
+    every kind of run (this one, endurance, explore)."""
+    return RunContext(run_id=run_id, settings=settings, unavailable=unavailable_data(cluster),
+                      replicas=replica_names(cluster), provided=provided_data(cluster))
+
+
 def not_judged(invariant: dict[str, Any]) -> bool:
     """An invariant of summary.json that could not be judged on this
     cluster (``not_judgeable``: an external deployment lacks its data):
@@ -427,11 +435,9 @@ class OrdealRun:
         self.history.flush()
         if settings is not None:
             self.judged_settings = settings
-        ctx = RunContext(run_id=self.run_id,
-                         settings=self.checker_settings if settings is None else settings,
-                         unavailable=unavailable_data(self.cluster),
-                         replicas=replica_names(self.cluster),
-                         provided=provided_data(self.cluster))
+        ctx = checker_context(self.run_id,
+                              self.checker_settings if settings is None else settings,
+                              self.cluster)
         chosen = checkers if checkers is not None else self.engine.checkers()
         if checkers is None and getattr(getattr(self.cluster, "vllm_build", None), "gpu", False):
             # Replicas on GPUs (engines/vllm/gpus.py): the monitor's NVML
