@@ -63,3 +63,42 @@ def choose(markexpr: str, env: str | None, commit: str | None) -> Rotation:
 
 def rotation_of(markexpr: str) -> Rotation:
     return choose(markexpr, os.environ.get("ORDEAL_LONG"), head_commit())
+
+
+#: CI's steps over two minutes that rotate like the long tests (``.ci/run``
+#: asks ``python tests/long_rotation.py step NAME``): the smoke suite once more
+#: on Triton and once in Docker containers. What covers their ground in every
+#: CI: tests/test_triton_engine.py and tests/test_triton_user_repo.py (a Triton
+#: cluster driven and judged), tests/test_docker_backend.py (a Docker cluster
+#: with faults and heals). Each joins the slot with the least time.
+STEPS = {"docker-smoke": 0, "triton-smoke": 1}
+
+
+def step_runs(name: str, rotation: Rotation) -> bool:
+    if name not in STEPS:
+        raise ValueError(f"no rotating CI step {name!r}; steps: {sorted(STEPS)}")
+    return rotation.full(STEPS[name])
+
+
+def main(argv: list[str]) -> int:
+    """``step NAME``: exit 0 when CI's step NAME runs in this rotation, 1
+    when not; one line says which and why (for ``.ci/run``)."""
+    if len(argv) != 2 or argv[0] != "step":
+        print(f"usage: python tests/long_rotation.py step {{{','.join(sorted(STEPS))}}}")
+        return 2
+    try:
+        rotation = rotation_of("")
+        runs = step_runs(argv[1], rotation)
+    except ValueError as e:
+        print(f"long_rotation: {e}")
+        return 2
+    slot = STEPS[argv[1]]
+    print(f"step {argv[1]} (slot {slot}): {'runs' if runs else 'not this time'} "
+          f"({rotation.why})")
+    return 0 if runs else 1
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -26,3 +26,34 @@ def test_minus_m_long_and_the_variable_override_the_commit():
     assert choose("", None, None).slot is None  # no git: every long test runs
     with pytest.raises(ValueError, match="use full, reduced or a slot"):
         choose("", "sometimes", sha)
+
+
+def test_ci_s_rotating_steps_follow_the_same_slot_and_say_so(tmp_path):
+    """``.ci/run`` asks ``python tests/long_rotation.py step NAME``: exit 0
+    runs the step, 1 skips it with a line that says why, 2 is a usage error
+    (never a silent skip); every slot runs or skips each step as its slot
+    says, and every step comes up in some slot."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from long_rotation import STEPS, Rotation, step_runs
+
+    for name, slot in STEPS.items():
+        assert step_runs(name, Rotation(slot, "x"))
+        assert not step_runs(name, Rotation((slot + 1) % SLOTS, "x"))
+        assert step_runs(name, Rotation(None, "full")) and not step_runs(name, Rotation(-1, "r"))
+    assert {slot for slot in STEPS.values()} <= set(range(SLOTS))
+    with pytest.raises(ValueError, match="no rotating CI step 'nope'"):
+        step_runs("nope", Rotation(0, "x"))
+    script = Path(__file__).resolve().parent / "long_rotation.py"
+    name, slot = next(iter(STEPS.items()))
+    for env, rc in ((str(slot), 0), (str((slot + 1) % SLOTS), 1), ("full", 0), ("reduced", 1)):
+        out = subprocess.run([sys.executable, str(script), "step", name], capture_output=True,
+                             text=True, env={**os.environ, "ORDEAL_LONG": env}, cwd=tmp_path)
+        assert out.returncode == rc, (env, out.stdout, out.stderr)
+        assert f"step {name} (slot {slot})" in out.stdout and "ORDEAL_LONG" in out.stdout
+    bad = subprocess.run([sys.executable, str(script), "step", "nope"], capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert bad.returncode == 2 and "no rotating CI step" in bad.stdout
