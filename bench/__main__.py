@@ -26,7 +26,7 @@ from typing import Any
 
 from bench.common import PY, RESULTS, ROOT, machine, progress, write_json, written
 
-ALL = ["load", "loop", "workers", "agreement", "proxy", "faults", "bringup", "checkers"]
+ALL = ["load", "loop", "workers", "agreement", "proxy", "faults", "bringup", "checkers", "zoo"]
 
 
 def run_proxy(quick: bool) -> None:
@@ -207,6 +207,14 @@ def rows() -> list[dict[str, Any]]:
                     "ops/s, peak RSS MB", f"{row['ops_per_s']:,} ops/s, {row['peak_rss_mb']} MB",
                     "smallest size", f"x{row['throughput_vs_smallest']} ops/s, "
                     f"x{row['rss_vs_smallest']} RSS", "flat", None)
+    zoo = load("zoo")
+    if zoo:
+        add("7 zoo", "failure shapes planted in a real cluster: caught by the default verdict "
+            "(bench/results/zoo.md)", f"{zoo['caught']} of {zoo['shapes']}",
+            f"clean run: {zoo['false_positives']} false positive(s)", "",
+            "every shape, 0 false positives",
+            zoo["caught"] == zoo["shapes"] and zoo["false_positives"] == 0,
+            "" if zoo["caught"] == zoo["shapes"] else f"{zoo['shapes'] - zoo['caught']} missed")
     en = load("endurance_rss")
     if en:
         pts = ", ".join(f"{v} MB at {k} min" for k, v in en["rss_mb"].items())
@@ -302,6 +310,9 @@ def main() -> int:
                 bench_bringup.run(args.quick)
             elif name == "checkers":
                 run_checkers(args.quick, args.checkers_sizes)
+            elif name == "zoo":
+                from bench import bench_zoo
+                bench_zoo.run(args.quick)
             ran.append(name)
         except Exception as e:  # noqa: BLE001 - one failing bench must not hide the others
             progress(f"{name} FAILED: {type(e).__name__}: {e}")

@@ -17,7 +17,13 @@ are not JSON). The parser records facts; this checker judges them:
   [DONE] last with nothing after it, no error event and no malformed line;
 - a stream with an error event must not be ``ok`` (errors under HTTP 200
   are failures), and is counted in ``mid_stream_errors``;
-- a malformed data line is a server fault whatever the op's type.
+- a malformed data line is a server fault whatever the op's type;
+- a stream whose HTTP body ended in good order (``clean_eof``: status 200,
+  the last chunk received, no transport error) without [DONE] is one the
+  server or a proxy closed itself: whatever the op's type (the client keeps
+  it as ``info``, since it cannot tell what the engine did), a client that
+  does not look for [DONE] takes the cut answer as whole (failure zoo:
+  faults/zoo/stream_cut_without_done.py). Counted in ``cut_without_done``.
 """
 
 from __future__ import annotations
@@ -36,6 +42,11 @@ def stream_problems(op: Op, stream: dict[str, Any]) -> list[str]:
     if stream.get("sequence_problems"):
         found.append(f"stream sequence broken: {stream['sequence_problems'][:2]!r}")
     if op.type != "ok":
+        if stream.get("clean_eof") and not stream.get("done"):
+            reasons = stream.get("finish_reasons") or []
+            found.append("the body ended in good order without [DONE]"
+                         + ("" if reasons else " and without a finish_reason")
+                         + ": a cut answer a client can take as whole")
         return found
     ids = stream.get("ids") or []
     if len(ids) != 1:
@@ -58,7 +69,7 @@ class StreamWellFormed(StreamingChecker):
     def start(self, ctx: RunContext) -> None:
         super().start(ctx)
         self.counts = {"streams": 0, "ok_streams": 0, "malformed_streams": 0,
-                       "mid_stream_errors": 0, "sequence_broken": 0}
+                       "mid_stream_errors": 0, "sequence_broken": 0, "cut_without_done": 0}
         self.examples: list[dict[str, Any]] = []
 
     def feed(self, op: Op) -> None:
@@ -74,6 +85,8 @@ class StreamWellFormed(StreamingChecker):
             self.counts["mid_stream_errors"] += 1
         if stream.get("sequence_problems"):
             self.counts["sequence_broken"] += 1
+        if stream.get("clean_eof") and not stream.get("done"):
+            self.counts["cut_without_done"] += 1
         found = stream_problems(op, stream)
         if found:
             self.counts["malformed_streams"] += 1

@@ -6,6 +6,13 @@ The exact check needs the token ids of every chunk (vLLM sends them with
 client reads slower than the engine writes, so chunks are not tokens. Without
 token ids the check falls back to what still must hold (at least one chunk,
 no more chunks than tokens) and says so in ``details["exactness"]``.
+
+Every stream the workload sends asks for usage (``stream_options.include_usage``).
+An ``ok`` stream that ended without it, in a run where the stack gave usage
+on other answers, is a violation (``streams_without_usage``): its end was not
+the engine's (failure zoo: a truncated stream "completed" by a proxy,
+faults/zoo/truncation_looks_complete.py). A stack that never gives usage
+stays "unknown", as before.
 """
 
 from __future__ import annotations
@@ -51,8 +58,9 @@ class UsageMatchesTokens(StreamingChecker):
         super().start(ctx)
         self.max_tokens: dict[Any, int] = {}
         self.counts = {"checked": 0, "exact": 0, "bounded_only": 0, "no_usage": 0,
-                       "violations": 0}
+                       "streams_without_usage": 0, "violations": 0}
         self.examples: list[dict[str, Any]] = []
+        self.unbilled: list[dict[str, Any]] = []  # streams without usage, judged at the end
 
     def _bad(self, op: Op, why: str) -> None:
         self.counts["violations"] += 1
@@ -71,6 +79,12 @@ class UsageMatchesTokens(StreamingChecker):
         how, problems = usage_problems(op.value, limit)
         if how == "no_usage":
             self.counts["no_usage"] += 1
+            if isinstance(op.value.get("stream"), dict):
+                self.counts["streams_without_usage"] += 1
+                if len(self.unbilled) < MAX_COUNTEREXAMPLES:
+                    self.unbilled.append({"problem": "the stream asked for usage "
+                                          "(include_usage) and ended without it",
+                                          **op_brief(op)})
             return
         self.counts["checked"] += 1
         if how in ("exact", "bounded_only"):
@@ -83,7 +97,14 @@ class UsageMatchesTokens(StreamingChecker):
         exactness = ("exact: every stream carried token ids" if c["bounded_only"] == 0
                      else f"{c['bounded_only']} stream(s) without token ids checked only "
                           "as 1 <= content chunks <= billed tokens")
-        details = {**c, "exactness": exactness}
-        if c["violations"]:
-            return Result(self.name, False, details, self.examples)
+        examples = list(self.examples)
+        violations = c["violations"]
+        if c["checked"] and c["streams_without_usage"]:
+            # the stack gives usage: an answer that came without it did not end
+            # as the engine ended it (result() may be asked again: nothing kept)
+            violations += c["streams_without_usage"]
+            examples += self.unbilled[:max(0, MAX_COUNTEREXAMPLES - len(examples))]
+        details = {**c, "violations": violations, "exactness": exactness}
+        if violations:
+            return Result(self.name, False, details, examples)
         return Result(self.name, True if c["checked"] else "unknown", details)

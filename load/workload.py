@@ -337,7 +337,7 @@ class WorkloadSpec:
     max_tokens: tuple[int, int] = (8, 32)
     stream_share: float = 0.8  # share of requests that stream
     chat_share: float = 0.3  # share of requests sent to /v1/chat/completions
-    canary_every: int = 10  # every n-th request is a greedy canary (0: none)
+    canary_every: int = 10  # one greedy canary in each n requests (0: none; is_canary)
     temperature: float = 0.7
     timeout_s: float = 30.0
     max_in_flight: int = 256  # open loop: past this, arrivals wait (their lag_ms)
@@ -459,6 +459,16 @@ class PlannedRequest:
         return body
 
 
+def is_canary(seq: int, every: int) -> bool:
+    """One greedy canary in each block of ``every`` requests, at an offset
+    that steps by one from block to block (block j: request j*every + j %
+    every). A fixed stride is blind behind a round-robin router: every 10th
+    request of 2 replicas always reached the same one, and a replica that
+    answered with another model's text passed (failure zoo,
+    faults/zoo/wrong_model_text.py). Stepping offsets reach every replica."""
+    return every > 0 and seq % every == (seq // every) % every
+
+
 def plan_requests(spec: WorkloadSpec, limit_s: float | None = None) -> Iterator[PlannedRequest]:
     """The request plan: pure, seeded and endless; with ``limit_s`` an open
     loop plan stops at that offset. The runner decides when to stop.
@@ -479,7 +489,7 @@ def plan_requests(spec: WorkloadSpec, limit_s: float | None = None) -> Iterator[
                 at += rng.gammavariate(spec.burstiness, 1.0 / (spec.rate * spec.burstiness))
             if limit_s is not None and at >= limit_s:
                 return
-        canary = spec.canary_every > 0 and seq % spec.canary_every == 0
+        canary = is_canary(seq, spec.canary_every)
         if canary:
             prompt = CANARY_PROMPTS[(seq // spec.canary_every) % len(CANARY_PROMPTS)]
             req = PlannedRequest(seq, at, "completions", True, prompt, 16, 0.0, True)
@@ -822,6 +832,9 @@ async def send_request(session: aiohttp.ClientSession, base_url: str, req: Plann
     if rec.malformed:
         return Outcome("fail", value, f"malformed stream: {rec.malformed[0]}")
     if not rec.done:
+        # The body ended in good order (a transport error is caught above):
+        # the server closed the stream itself, and stream_wellformed judges it.
+        value["stream"]["clean_eof"] = True
         return Outcome("info", value, "stream ended without [DONE]")
     return Outcome("ok", value)
 

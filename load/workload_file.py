@@ -22,7 +22,7 @@ out keeps the suite's value, or ``WorkloadSpec``'s default. The schema
     [mix]
     chat_share = 0.3       # share of requests sent to /v1/chat/completions
     stream_share = 0.8     # share of requests that stream
-    canary_every = 10      # every n-th request is a greedy canary (0: none)
+    canary_every = 10      # one greedy canary in each n requests (0: none)
     temperature = 0.7
 
     [conversation]

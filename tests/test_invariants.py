@@ -86,6 +86,21 @@ def test_malformed_line_is_a_violation_even_in_a_failed_op():
     assert StreamWellFormed().check(h, CTX).valid is False
 
 
+def test_a_stream_the_server_closed_in_good_order_without_done_is_a_violation():
+    """Failure zoo, stream_cut_without_done: the body ended in good order
+    (``clean_eof``) with no [DONE] and no finish_reason. The client keeps the
+    op as info; the checker judges it whatever its type. A stream lost to a
+    transport error (no ``clean_eof``) stays the client's indeterminate op."""
+    cut = good_stream(done=False, finish_reasons=[], clean_eof=True)
+    h = ops(("invoke", 1, None), ("ok", 1, good_stream()), ("invoke", 2, None), ("info", 2, cut))
+    r = StreamWellFormed().check(h, CTX)
+    assert r.valid is False and r.details["cut_without_done"] == 1
+    assert "without [DONE] and without a finish_reason" in r.counterexamples[0]["problems"][0]
+    lost = good_stream(done=False, finish_reasons=[])
+    h = ops(("invoke", 1, None), ("ok", 1, good_stream()), ("invoke", 2, None), ("info", 2, lost))
+    assert StreamWellFormed().check(h, CTX).valid is True
+
+
 # -- combining and containment -------------------------------------------
 
 def test_merge_ranks_false_over_unknown_over_true():

@@ -39,6 +39,25 @@ def test_usage_without_token_ids_is_bounded_and_says_so():
     assert UsageMatchesTokens().check(hist(too_many), c).valid is False
 
 
+def test_a_stream_without_usage_among_streams_with_it_is_caught_and_asked_twice_the_same():
+    """Failure zoo, truncation_looks_complete: a proxy ends a cut stream
+    with its own finish_reason "stop" and [DONE], and no usage chunk. In a
+    run where the stack gives usage, that stream is a violation; a stack
+    that never gives usage stays unknown."""
+    c = RunContext()
+    unbilled = ({"max_tokens": 8}, "ok", {"usage": None, "finish_reason": "stop",
+                                          "stream": {"n_token_ids": 2}})
+    checker = UsageMatchesTokens()
+    r = checker.check(hist(ok_stream(8, 8), unbilled), c)
+    assert r.valid is False and r.details["streams_without_usage"] == 1
+    assert r.counterexamples[0]["problem"].startswith("the stream asked for usage")
+    again = checker.result()  # interim results ask again: the same answer, nothing doubled
+    assert again.details["violations"] == 1 and len(again.counterexamples) == 1
+    assert UsageMatchesTokens().check(hist(unbilled, unbilled), c).valid == "unknown"
+    unstreamed = ({"max_tokens": 8}, "ok", {"usage": None, "finish_reason": "stop"})
+    assert UsageMatchesTokens().check(hist(ok_stream(8, 8), unstreamed), c).valid is True
+
+
 def canary(prompt, text, ids=None):
     return ({"canary": True, "prompt": prompt}, "ok", {"text": text, "token_ids": ids})
 

@@ -34,11 +34,18 @@ def test_burstiness_changes_the_spread_not_the_rate():
     assert cv(bursty) > 1.6 and cv(steady) < 0.6  # 1/sqrt(shape): 2 and 0.5
 
 
-def test_canaries_are_greedy_streamed_and_periodic():
-    plan = take(WorkloadSpec(rate=10, canary_every=5, seed=0), 10)
+def test_canaries_are_greedy_streamed_one_per_block_and_reach_every_round_robin_replica():
+    plan = take(WorkloadSpec(rate=10, canary_every=5, seed=0), 2)  # 20 requests
     canaries = [r for r in plan if r.canary]
-    assert [r.seq for r in canaries] == list(range(0, len(plan), 5))
+    assert [r.seq for r in canaries] == [0, 6, 12, 18]  # block j: j*5 + j%5
     assert all(r.temperature == 0.0 and r.stream for r in canaries)
+    # Behind a round-robin router of N replicas, canary seq % N is the replica:
+    # a fixed stride of 10 gave one replica every canary of 2 (failure zoo).
+    seqs = [r.seq for r in take(WorkloadSpec(rate=10, canary_every=10, seed=0), 20)
+            if r.canary]  # 200 requests
+    assert len(seqs) >= 15
+    for n in (2, 3, 4, 5):
+        assert {s % n for s in seqs} == set(range(n)), n
 
 
 def test_ranges_and_shares_are_respected():

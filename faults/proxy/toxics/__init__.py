@@ -14,11 +14,13 @@ from . import (  # noqa: F401
     reset_peer,
     slicer,
     sse_corrupt_json,
+    sse_cut,
     sse_drop,
     sse_duplicate,
     sse_error_event,
     sse_reorder,
     sse_rewrite_text,
+    sse_rewrite_usage,
     timeout,
     truncate_body,
 )

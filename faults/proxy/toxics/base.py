@@ -145,6 +145,11 @@ def _coerce(tname: str, fname: str, raw: Any, f: dataclasses.Field) -> Any:
             raise ToxicError(f"toxic {tname!r}: attribute {fname!r} = {raw!r} is above "
                              f"the maximum {hi}")
         return value
+    if want is bool:
+        if not isinstance(raw, bool):
+            raise ToxicError(f"toxic {tname!r}: attribute {fname!r} must be true or false, "
+                             f"got {raw!r}")
+        return raw
     if want is str:
         if not isinstance(raw, str):
             raise ToxicError(f"toxic {tname!r}: attribute {fname!r} must be a string, "

@@ -58,3 +58,22 @@ class L7Toxic(Toxic):
 
 def in_window(ev: SseEvent, after: int, count: int) -> bool:
     return ev.index is not None and after <= ev.index < after + count
+
+
+class EveryNth:
+    """For an L7 toxic whose Params have ``every_nth``: it acts on one
+    response in N it sees (1: every one), counted per toxic. ``toxicity``
+    picks connections, as in Toxiproxy; a client or router that keeps a few
+    pooled connections then gets all or nothing, so a share of *responses*
+    is asked this way (the failure zoo plants shapes so)."""
+
+    def picked(self, resp: ResponseContext) -> bool:
+        if self.params.every_nth == 1:  # type: ignore[attr-defined]
+            return True
+        state = resp.state(self)  # type: ignore[arg-type]
+        if "picked" not in state:
+            seen = self.__dict__.get("_responses_seen", 0)
+            self.__dict__["_responses_seen"] = seen + 1
+            state["picked"] = seen % self.params.every_nth == 0  # type: ignore[attr-defined]
+        return state["picked"]
+

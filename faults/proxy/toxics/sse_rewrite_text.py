@@ -13,22 +13,24 @@ from dataclasses import dataclass
 
 from ..sse import SseEvent
 from .base import field_range
-from .l7 import L7Toxic, ResponseContext
+from .l7 import EveryNth, L7Toxic, ResponseContext
 
 
 @dataclass(frozen=True)
 class SseRewriteTextParams:
     after_events: int = field_range(0, 1 << 31, 0)
     text: str = "~"
+    every_nth: int = field_range(1, 1 << 31, 1)  # one response in N (l7.EveryNth)
 
 
-class SseRewriteText(L7Toxic):
+class SseRewriteText(EveryNth, L7Toxic):
     type = "sse_rewrite_text"
     Params = SseRewriteTextParams
     needs_sse = True
 
     def on_event(self, resp: ResponseContext, ev: SseEvent) -> list[SseEvent]:
-        if ev.index is None or ev.index < self.params.after_events or ev.data is None:
+        if ev.index is None or ev.index < self.params.after_events or ev.data is None \
+                or not self.picked(resp):
             return [ev]
         try:
             body = json.loads(ev.data)
