@@ -23,4 +23,22 @@ MODULES = (health_while_engine_hung, stream_cut_without_done, truncation_looks_c
            greedy_diverges, wrong_model_text, usage_mismatch)
 SHAPES: dict[str, Shape] = {m.SHAPE.name: m.SHAPE for m in MODULES}
 
-__all__ = ["SHAPES", "Shape", "Plant", "ZooCluster"]
+#: Shapes of issue 40 not planted yet, with what planting each needs; the
+#: zoo's table lists them as not measured (never as caught).
+PENDING: dict[str, str] = {
+    "hung_backend_in_rotation": "a replica that holds every /v1 response while its /health "
+        "answers (an L7 hold toxic that spares /health); health_while_engine_hung shows the "
+        "router keeping such a replica today",
+    "request_runs_twice": "a router or proxy that re-sends a request the replica already "
+        "served (an upstream duplicating stage in the proxy); no_duplicate_execution judges it",
+    "html_5xx_hidden_by_retries": "a replica answering HTML 503 pages that the router's "
+        "retries hide; needs the router's retry counters or the replicas' journals judged",
+    "memory_leak": "a replica whose RSS grows steadily (an LD_PRELOAD or wrapper shim); "
+        "drift and leak_bound judge it",
+    "orphans_after_api_server_kill": "a SIGKILL of the API server alone, unannounced; "
+        "no_orphans judges only after a kill it was told of",
+    "decode_stall": "tokens stop after the first for some streams while /health answers (an "
+        "L7 stall toxic); stream_continuity judges gaps",
+}
+
+__all__ = ["SHAPES", "PENDING", "Shape", "Plant", "ZooCluster"]
