@@ -623,6 +623,25 @@ def test_http_delay_head_delays_the_response_head(proxy, ctl):
     assert time.monotonic() - t0 >= 0.4 and r.read() == b"hello"
 
 
+def test_http_hold_holds_real_work_spares_health_and_lets_go_at_removal(proxy, ctl):
+    """The failure zoo's hung_backend_in_rotation: every answer held but the
+    health check's, on one keep-alive connection (the path is read from the
+    request line); removing the toxic releases the held one at once."""
+    ctl.add_toxic("http", "http_hold", name="hold",
+                  attributes={"hold_ms": 60000, "spare_prefix": "/small"})
+    c = http_conn(proxy)
+    t0 = time.monotonic()
+    assert get(proxy, "/small", c)[2] == b"hello" and time.monotonic() - t0 < 5  # spared
+    ep = proxy.listens["http"]
+    with socket.create_connection((ep.host, ep.port), timeout=1.5) as held:
+        held.sendall(b"GET /sse?n=2 HTTP/1.1\r\nHost: x\r\n\r\n")
+        with pytest.raises(TimeoutError):
+            held.recv(100)  # held: no head within 1.5 s
+        ctl.remove_toxic("http", "hold")
+        held.settimeout(10)
+        assert held.recv(100).startswith(b"HTTP/1.1 200")  # let go at the removal
+
+
 def test_sse_error_event_ends_the_stream_and_keeps_the_connection(proxy, ctl):
     ctl.add_toxic("http", "sse_error_event", name="err", attributes={"after_events": 3})
     c = http_conn(proxy)

@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("ordeal.proxy")
 READ_SIZE = 256 * 1024
-PEEK = 17  # bytes that hold a request's method and the space after it
+PEEK = 96  # bytes that hold a request line's method and the start of its path (http_hold)
 QUEUE_DEPTH = 64  # chunks; past this the reader waits (backpressure to the sender)
 ABORT_DRAIN_S = 5.0
 
@@ -57,6 +57,7 @@ class Connection:
         self.awaiting_response = False  # a request went up; the next downstream bytes start a response
         self.awaiting_request = True  # a response came down; the next upstream bytes start a request
         self.last_method = b"GET"
+        self.last_target = b""  # the request line's target (path), for L7 toxics that spare some
         self.stage: ResponseStage | None = None
         self._enabled: dict[int, bool] = {}
         self._rngs: dict[int, random.Random] = {}
@@ -226,7 +227,9 @@ class Pump:
             starts = conn.awaiting_request
             if starts:
                 conn.awaiting_request = False
-                conn.last_method = head.split(b" ", 1)[0][:16]
+                parts = head.split(b" ", 2)
+                conn.last_method = parts[0][:16]
+                conn.last_target = parts[1][:512] if len(parts) > 1 else b""
             conn.awaiting_response = True
         else:
             self.link.bytes_down += size

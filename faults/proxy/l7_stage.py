@@ -147,6 +147,7 @@ class ResponseStage:
                 return
             toxics = self.conn.l7_toxics()
             self.rw = Rewrite(ev, toxics)
+            self.rw.ctx.request_target = self.conn.last_target
             for toxic in toxics:
                 await toxic.before_head(self.rw.ctx)
             await emit(self.rw.head_raw)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from . import (
     greedy_diverges,
     health_while_engine_hung,
+    hung_backend_in_rotation,
     stream_cut_without_done,
     truncation_looks_complete,
     usage_mismatch,
@@ -19,16 +20,13 @@ from . import (
 )
 from .base import Plant, Shape, ZooCluster
 
-MODULES = (health_while_engine_hung, stream_cut_without_done, truncation_looks_complete,
-           greedy_diverges, wrong_model_text, usage_mismatch)
+MODULES = (health_while_engine_hung, hung_backend_in_rotation, stream_cut_without_done,
+           truncation_looks_complete, greedy_diverges, wrong_model_text, usage_mismatch)
 SHAPES: dict[str, Shape] = {m.SHAPE.name: m.SHAPE for m in MODULES}
 
 #: Shapes of issue 40 not planted yet, with what planting each needs; the
 #: zoo's table lists them as not measured (never as caught).
 PENDING: dict[str, str] = {
-    "hung_backend_in_rotation": "a replica that holds every /v1 response while its /health "
-        "answers (an L7 hold toxic that spares /health); health_while_engine_hung shows the "
-        "router keeping such a replica today",
     "request_runs_twice": "a router or proxy that re-sends a request the replica already "
         "served (an upstream duplicating stage in the proxy); no_duplicate_execution judges it",
     "html_5xx_hidden_by_retries": "a replica answering HTML 503 pages that the router's "

@@ -9,6 +9,7 @@ from . import (  # noqa: F401
     bandwidth,
     http_abort,
     http_delay_head,
+    http_hold,
     latency,
     limit_data,
     reset_peer,

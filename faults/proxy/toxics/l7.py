@@ -19,6 +19,7 @@ class ResponseContext:
         self.toxics = toxics
         self._state: dict[int, dict[str, Any]] = {}
         self.finish_early = False  # a toxic ended the stream; drop the rest
+        self.request_target = b""  # the path of the request this answers (as far as seen)
 
     def state(self, toxic: Toxic) -> dict[str, Any]:
         return self._state.setdefault(toxic.uid, {})
