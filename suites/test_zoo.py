@@ -8,7 +8,7 @@ which invariant, seconds from the plant to the first counterexample) to
 ``<runs dir>/zoo-results.jsonl``; ``python -m bench --only zoo`` makes the
 table of bench/results/zoo.md from it.
 
-    pytest suites/test_zoo.py -m zoo                 # every shape, under a minute each
+    pytest suites/test_zoo.py -m zoo                 # every shape, ~8 min in all
     pytest suites/test_zoo.py -m zoo -k usage        # one
 """
 

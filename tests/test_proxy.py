@@ -642,6 +642,24 @@ def test_http_hold_holds_real_work_spares_health_and_lets_go_at_removal(proxy, c
         assert held.recv(100).startswith(b"HTTP/1.1 200")  # let go at the removal
 
 
+def test_sse_stall_sends_the_first_events_then_holds_the_rest(proxy, ctl):
+    """The failure zoo's decode_stall: two events come, then nothing for the
+    stall, then the rest; a stream it does not pick flows at once."""
+    ctl.add_toxic("http", "sse_stall", name="stall",
+                  attributes={"after_events": 2, "stall_ms": 1500, "every_nth": 2})
+    c = http_conn(proxy)
+    t0 = time.monotonic()
+    status, _, body = get(proxy, "/sse?n=6", c)
+    assert status == 200 and indexes(body) == [0, 1, 2, 3, 4, 5, "DONE"]
+    assert time.monotonic() - t0 >= 1.5  # picked: held after event 1
+    t0 = time.monotonic()
+    assert indexes(get(proxy, "/sse?n=6", c)[2]) == [0, 1, 2, 3, 4, 5, "DONE"]
+    assert time.monotonic() - t0 < 1.0  # the second response: not picked
+    [link] = [x for x in ctl.links() if x["name"] == "http"]
+    [toxic] = [t for t in link["toxics"] if t["name"] == "stall"]
+    assert toxic["counters"]["hits"] == 1
+
+
 def test_sse_error_event_ends_the_stream_and_keeps_the_connection(proxy, ctl):
     ctl.add_toxic("http", "sse_error_event", name="err", attributes={"after_events": 3})
     c = http_conn(proxy)

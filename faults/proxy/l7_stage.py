@@ -44,6 +44,7 @@ class Rewrite:
         limits = [n for n in (t.body_limit() for t in toxics) if n is not None]
         self.limit = min(limits) if limits else None
         self.active = self.sse or self.limit is not None
+        self.after_stall: list[SseEvent] = []  # events a stall holds back
         self.in_framing = head.framing
         self.out_framing = head.framing
         self.splitter = SseSplitter()
@@ -60,8 +61,11 @@ class Rewrite:
 
     def events(self, evs: list[SseEvent]) -> bytes:
         out: list[bytes] = []
-        for ev in evs:
+        for i, ev in enumerate(evs):
             if self.ctx.finish_early:
+                break
+            if self.ctx.stall is not None:  # the rest waits out the stall (ResponseStage._body)
+                self.after_stall = evs[i:]
                 break
             batch = [ev]
             for toxic in self.toxics:
@@ -170,6 +174,15 @@ class ResponseStage:
         out = data
         if rw.sse:
             out = rw.events(rw.splitter.feed(data))
+            while rw.ctx.stall is not None:  # send what came before, hold, go on
+                toxic, seconds = rw.ctx.stall
+                rw.ctx.stall = None
+                if out:
+                    await emit(rw.framed(out))
+                    rw.body_sent += len(out)
+                await toxic.hold(seconds)
+                rest, rw.after_stall = rw.after_stall, []
+                out = rw.events(rest)
             if end:
                 out += rw.flush_events()
         if rw.limit is not None and rw.body_sent + len(out) >= rw.limit:

@@ -10,9 +10,11 @@ whose docstring names the reports it imitates, added to ``MODULES``."""
 from __future__ import annotations
 
 from . import (
+    decode_stall,
     greedy_diverges,
     health_while_engine_hung,
     hung_backend_in_rotation,
+    request_runs_twice,
     stream_cut_without_done,
     truncation_looks_complete,
     usage_mismatch,
@@ -21,22 +23,19 @@ from . import (
 from .base import Plant, Shape, ZooCluster
 
 MODULES = (health_while_engine_hung, hung_backend_in_rotation, stream_cut_without_done,
-           truncation_looks_complete, greedy_diverges, wrong_model_text, usage_mismatch)
+           truncation_looks_complete, greedy_diverges, wrong_model_text, usage_mismatch,
+           decode_stall, request_runs_twice)
 SHAPES: dict[str, Shape] = {m.SHAPE.name: m.SHAPE for m in MODULES}
 
 #: Shapes of issue 40 not planted yet, with what planting each needs; the
 #: zoo's table lists them as not measured (never as caught).
 PENDING: dict[str, str] = {
-    "request_runs_twice": "a router or proxy that re-sends a request the replica already "
-        "served (an upstream duplicating stage in the proxy); no_duplicate_execution judges it",
     "html_5xx_hidden_by_retries": "a replica answering HTML 503 pages that the router's "
         "retries hide; needs the router's retry counters or the replicas' journals judged",
     "memory_leak": "a replica whose RSS grows steadily (an LD_PRELOAD or wrapper shim); "
         "drift and leak_bound judge it",
     "orphans_after_api_server_kill": "a SIGKILL of the API server alone, unannounced; "
         "no_orphans judges only after a kill it was told of",
-    "decode_stall": "tokens stop after the first for some streams while /health answers (an "
-        "L7 stall toxic); stream_continuity judges gaps",
 }
 
 __all__ = ["SHAPES", "PENDING", "Shape", "Plant", "ZooCluster"]

@@ -22,6 +22,7 @@ from . import (  # noqa: F401
     sse_reorder,
     sse_rewrite_text,
     sse_rewrite_usage,
+    sse_stall,
     timeout,
     truncate_body,
 )

@@ -20,6 +20,9 @@ class ResponseContext:
         self._state: dict[int, dict[str, Any]] = {}
         self.finish_early = False  # a toxic ended the stream; drop the rest
         self.request_target = b""  # the path of the request this answers (as far as seen)
+        # A toxic that stalls the stream after an event sets (toxic, seconds):
+        # the stage sends what came before, holds, then goes on (sse_stall).
+        self.stall: tuple["Toxic", float] | None = None
 
     def state(self, toxic: Toxic) -> dict[str, Any]:
         return self._state.setdefault(toxic.uid, {})
