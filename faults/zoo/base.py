@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ContextManager, Protocol
 
+from ordeal import procfs
 from ordeal.topology import Link, Node
 
 from ..node_processes import scope_pids
@@ -89,22 +91,13 @@ def stopped(node: Node, scope: str, kind: str) -> Iterator[dict[str, Any]]:
                 pass
 
 
-def _state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-
 
 def _wait_stopped(pids: list[int], within_s: float = 2.0) -> int:
     """How many of ``pids`` /proc shows stopped, once all are or after
     ``within_s`` (a signal is delivered when the process is next scheduled)."""
-    import time
-
     deadline = time.monotonic() + within_s
     while True:
-        n = sum(1 for pid in pids if _state(pid) in ("T", "t"))
+        n = sum(1 for pid in pids if procfs.state(pid) in ("T", "t"))
         if n == len(pids) or time.monotonic() > deadline:
             return n
         time.sleep(0.05)
