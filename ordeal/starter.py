@@ -58,7 +58,7 @@ known-findings = "none"
 # hooks (kubectl delete pod, kubectl exec ... kill -STOP, ...): README, "Test a
 # running deployment".
 cluster = "external"
-target = "target.toml"
+target = "{target}"
 # allow-target = ["10.0.0.0/24"]   # beyond loopback, only what you name
 # require-judged = "failover,fault_slo"   # no pass unless these were judged
 known-findings = "none"
@@ -66,13 +66,51 @@ known-findings = "none"
 }
 
 CI = '''# CI (any runner with Python >= 3.11), from the directory of ordeal.toml:
-#   pytest /path/to/ordeal/suites -m smoke   # (bash .ci/setup there first: its .venv)
+#   pip install "ordeal[vllm]"    # the light core alone for --cluster external
+#   ordeal smoke                  # = pytest --pyargs suites -m smoke; ordeal endurance
 # A pass, fail or unknown verdict is pytest's exit status; reports/runs/ keeps
 # each run's summary.json, history and report.html: keep it as an artifact.
 '''
 
 
-def starter(kind: str) -> str:
+def starter(kind: str, target: str = "target.toml") -> str:
+    """The stack file for ``kind``; ``target`` is the target file it names
+    (the external kind)."""
     if kind not in BODIES:
         raise ValueError(f"unknown kind {kind!r}; use one of {', '.join(KINDS)}")
-    return COMMON + BODIES[kind] + "\n" + CI
+    return COMMON + BODIES[kind].replace("{target}", target) + "\n" + CI
+
+
+TARGET = '''# The deployment Ordeal reaches and never starts (ordeal/target.py has every key).
+entrypoint = "{url}"
+model = "{model}"                  # the served model name clients send
+entrypoint_health_path = "/health"
+# api_key_env = "ORDEAL_TARGET_API_KEY"   # the variable that holds the key, never the key
+fault_proxy = true                 # faults on the client link, through Ordeal's proxy
+# [[replica]]                      # each replica, to judge failover and health
+# name = "replica-0"
+# url = "http://10.0.0.11:8000"
+# [[hook]]                         # how to act on a node, per fault kind
+# kind = "process_kill"
+# node = "replica-0"
+# inject = "kubectl -n llm delete pod vllm-0 --wait=false"
+# heal = "kubectl -n llm rollout status deploy/vllm --timeout=300s"
+'''
+
+
+def target_file(url: str, model: str | None) -> str:
+    """A starter target file for the deployment at ``url`` (an http or https
+    URL with a host; anything else is a ValueError that says so)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"--external {url!r}: give the entrypoint as http[s]://host:port")
+    if any(c in url for c in '"\\\n'):
+        raise ValueError(f"--external {url!r}: quotes, backslashes and newlines do not belong "
+                         "in a URL")
+    name = model or "your-model"
+    if any(c in name for c in '"\\\n'):
+        raise ValueError(f"--model {name!r}: quotes, backslashes and newlines do not belong "
+                         "in a model name")
+    return TARGET.replace("{url}", url).replace("{model}", name)

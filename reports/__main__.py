@@ -12,7 +12,8 @@
                        these machines have none, and CI must not start one)
 
 RUN is a run id under the runs directory, ``latest``, or a path to a run
-directory. ``--runs-dir`` defaults to reports/runs beside this package.
+directory. ``--runs-dir`` defaults to ./reports/runs, where a pytest run from
+this directory writes (in a checkout: the one beside this package).
 Exit status: 0 done, 2 a missing or unknown run or a damaged summary
 (compare-baseline: 1 when the run regressed).
 """
@@ -32,7 +33,10 @@ from .baseline import Comparison, load_baseline, load_thresholds
 from .baseline import compare as compare_baseline
 from .html import REPORT_NAME, load_summary, render_report
 
-DEFAULT_RUNS = Path(__file__).resolve().parent / "runs"
+#: Where the plugin writes runs (``<rootdir>/reports/runs``) when pytest runs
+#: from here: in a checkout that is this package's own runs/, for an installed
+#: Ordeal the directory the team runs from.
+DEFAULT_RUNS = Path("reports") / "runs"
 COMPARE_FIGURES = ("invoked", "ok", "fail", "info")
 
 

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -219,3 +220,44 @@ def triton_cluster_of(spec: ClusterSpec, name: str, log_dir: Path):
                     + "; ".join(missing))
     with LocalCluster(spec, name, log_dir, progress=lambda m: None) as cluster:
         yield cluster
+
+
+@dataclass(frozen=True)
+class Installed:
+    """Ordeal installed from its wheel into a virtual environment outside the
+    checkout: the light core (pyproject's dependencies, no extra)."""
+    venv: Path
+    wheel: Path
+
+    def bin(self, name: str) -> str:
+        return str(self.venv / "bin" / name)
+
+    def run(self, argv: list[str], cwd: Path, timeout: float = 120,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """``argv[0]`` from the venv's bin/, in ``cwd``, with no trace of the
+        checkout on the path (PYTHONPATH dropped)."""
+        env = {k: v for k, v in (env or os.environ).items()
+               if k not in ("PYTHONPATH", "PYTEST_ADDOPTS", "VIRTUAL_ENV")}
+        return subprocess.run([self.bin(argv[0]), *argv[1:]], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def installed_ordeal(tmp_path_factory) -> Installed:
+    """Build the wheel (``pip wheel .``) and install it, with its declared
+    dependencies from the machine's configured index, into a new venv under
+    the session's temporary directory; shared by the tests that use it."""
+    root = tmp_path_factory.mktemp("installed")
+    repo = Path(__file__).resolve().parent.parent
+    built = subprocess.run([PY, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                            "-q", "-w", str(root / "dist"), str(repo)],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    [wheel] = (root / "dist").glob("ordeal-*.whl")
+    venv = root / "venv"
+    subprocess.run([PY, "-m", "venv", str(venv)], check=True, timeout=120)
+    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+                          "--disable-pip-version-check", str(wheel)],
+                         capture_output=True, text=True, timeout=600)
+    assert pip.returncode == 0, pip.stdout[-3000:] + pip.stderr[-3000:]
+    return Installed(venv, wheel)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -519,14 +520,16 @@ def test_l7_kinds_are_refused_on_a_tls_entrypoint(tmp_path):
 @pytest.mark.cluster
 @pytest.mark.timeout(400)
 def test_a_replica_header_lets_failover_be_judged_and_required(ordeal_cluster, tmp_path,
-                                                                ordeal_say):
+                                                                ordeal_say, installed_ordeal):
     """The session's cluster, reached as an external target whose file
     calls its replicas ``pod-a``/``pod-b`` and names them by the header they
     answer with (``x-ordeal-node: replica-N``, claimed with ``served_as``).
     The nemesis smoke pauses them through the hooks and passes with
     ``--require-judged failover,fault_slo``: both judged on the header, and
     saying so; only what has no header (served journals, process trees) is
-    left out, in the scope."""
+    left out, in the scope. It runs as a team runs it: ``ordeal smoke`` of
+    the wheel installed with its light core (tests/test_install.py), from a
+    directory of the team's, outside the checkout."""
     replicas = ordeal_cluster.replicas()
     pods = [f"pod-{letter}" for letter in "ab"]
     target = tmp_path / "named.toml"
@@ -558,17 +561,21 @@ def test_a_replica_header_lets_failover_be_judged_and_required(ordeal_cluster, t
     assert shipped is not None, [n.fingerprint() for n in ordeal_cluster.nodes]
     known.write_text(shipped.read_text()
                      .replace('"*replica-*"', '"*pod-*"').replace('"replica-*"', '"pod-*"'))
-    runs = tmp_path / "runs"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "suites/test_nemesis.py", "-m", "smoke",
+    team = tmp_path / "team"
+    team.mkdir()
+    proc = installed_ordeal.run(
+        ["ordeal", "smoke", "-k", "seeded_schedule",
          "--cluster", "external", "--target", str(target), "--require-judged",
          "failover,fault_slo", "--known-findings", str(known),
-         "--load-rate", "3", "--load-duration", "20s",
-         "--runs-dir", str(runs), "-p", "no:cacheprovider", "-q"],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
-        text=True, timeout=360)
-    ordeal_say("external nemesis, replica_header: " + proc.stdout.strip().splitlines()[-1])
+         "--load-rate", "3", "--load-duration", "20s", "-p", "no:cacheprovider", "-q"],
+        team, timeout=360)
+    ordeal_say("external nemesis, replica_header, installed `ordeal smoke`: "
+               + proc.stdout.strip().splitlines()[-1])
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert re.match(r"1 passed, \d+ deselected in", proc.stdout.splitlines()[-1]), (
+        proc.stdout[-1500:])  # no warning either
+    runs = team / "reports" / "runs"  # the default: under the directory it ran from
+    assert not list(installed_ordeal.venv.glob("lib/python3*/site-packages/suites/reports"))
     [summary] = [json.loads(p.read_text()) for p in runs.glob("*/summary.json")
                  if not p.parent.is_symlink()]
     assert summary["verdict"] == "pass"
