@@ -298,8 +298,8 @@ def read_known_findings(path: str | Path, invariants: Collection[str] = INVARIAN
     may name (a misspelt one would never match and hide nothing)."""
     p = Path(path)
     where = f"known-findings file {p}"
-    raw = read_input(p, where, "give a TOML file of [[finding]] tables (README: Known "
-                               "findings), or leave --known-findings out")
+    raw = read_input(p, where, "give a TOML file of [[finding]] tables (docs/invariants.md"
+                               ", \"Known findings\"), or leave --known-findings out")
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:

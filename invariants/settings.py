@@ -173,6 +173,11 @@ class CheckerSettings:
     leak_rss_factor: float = 1.5
     #: ... plus this much, so a small process is not judged on a few pages.
     leak_rss_slack_mb: float = 256.0
+    #: leak_bound: RSS growth allowed over the second half of a node's samples
+    #: (middle to drain), when that half is at most leak_half_max_s long; clean
+    #: runs here grew at most 68 MB, a planted 4 MiB/request leak 358 MB.
+    leak_half_growth_mb: float = 256.0
+    leak_half_max_s: float = 3600.0
     #: gpu_memory_back: drained GPU memory may exceed the baseline by this much
     #: (allocator caches); a co-tenant or a kept allocation is gigabytes.
     gpu_mem_slack_mb: float = 1024.0

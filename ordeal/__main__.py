@@ -91,10 +91,32 @@ def _suite(marker: str, argv: list[str]) -> int:
     return 2  # not reached: execv returns only by raising
 
 
+#: Options of a package's command line that come before its subcommand
+#: there (``python -m reports --runs-dir DIR show``) and anywhere here.
+LEADING = {"reports": ("--runs-dir",)}
+
+
+def _hoist(options: tuple[str, ...], argv: list[str]) -> list[str]:
+    """``argv`` with each ``--opt VALUE`` / ``--opt=VALUE`` of ``options``
+    moved to the front, before the subcommand."""
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in options and i + 1 < len(argv):
+            front += argv[i:i + 2]
+            i += 2
+            continue
+        (front if arg.split("=", 1)[0] in options else rest).append(arg)
+        i += 1
+    return front + rest
+
+
 def _delegate(package: str, argv: list[str]) -> int:
     """Run ``python -m PACKAGE ARGV`` in this process; its exit status back."""
     saved = sys.argv
-    sys.argv = [f"ordeal {argv[0]}", *argv]
+    sys.argv = [f"ordeal {argv[0]}", *_hoist(LEADING.get(package, ()), argv)]
     try:
         runpy.run_module(package, run_name="__main__", alter_sys=True)
     except SystemExit as e:

@@ -334,7 +334,7 @@ class ClusterSpec:
                               "as HOST:PORT, e.g. 127.0.0.1:6379")
         if self.router_profile not in ROUTER_PROFILES:
             raise ConfigError(f"--router-profile {self.router_profile!r}: use one of "
-                              f"{', '.join(ROUTER_PROFILES)} (README: Qualify your own stack)")
+                              f"{', '.join(ROUTER_PROFILES)} (docs/own-stack.md)")
         if not 16 <= self.max_model_len <= 10_000_000:
             raise ConfigError(f"--max-model-len {self.max_model_len}: give the context length "
                               "in tokens, at least 16")

@@ -21,11 +21,11 @@ engine = "vllm"
 replicas = 2
 load-duration = "40s"
 load-rate = 8
-# slo = "slo.toml"                 # SLO targets (README: Invariants)
+# slo = "slo.toml"                 # SLO targets (docs/invariants.md)
 # known-findings = "auto"          # the shipped file for the embedded stack
 ''',
     "own-model": '''
-# Your model and flags on Ordeal's replicas and router (README: Qualify your own stack).
+# Your model and flags on Ordeal's replicas and router (docs/own-stack.md).
 cluster = "local"
 engine = "vllm"
 model = "/models/your-model"            # a local directory (or a name in the HF cache)
@@ -55,8 +55,8 @@ known-findings = "none"
     "external": '''
 # A deployment Ordeal did not start (a Kubernetes service, a hand-started stack):
 # the target file names its entrypoint, replicas, API key variable and the fault
-# hooks (kubectl delete pod, kubectl exec ... kill -STOP, ...): README, "Test a
-# running deployment".
+# hooks (kubectl delete pod, kubectl exec ... kill -STOP, ...): docs/external.md,
+# "The target file".
 cluster = "external"
 target = "{target}"
 # allow-target = ["10.0.0.0/24"]   # beyond loopback, only what you name

@@ -14,7 +14,7 @@ environment variable read when requests are made, so the key itself is in
 no file Ordeal reads or writes. ``describe()`` (what summary.json records)
 shows the variable's name and whether it was set, never its value.
 
-Reference (README "Test a running deployment")::
+Reference (docs/external.md, "The target file")::
 
     name = "staging"                      # labels the runs (default: the file's stem)
     engine = "vllm"                       # the replicas' engine (only vllm for now)
@@ -301,8 +301,8 @@ def read_target_file(path: str | Path) -> TargetSpec:
     """The target file at ``path``, checked whole; ``ConfigError`` with the
     key and the fix for any mistake."""
     p = Path(path)
-    raw = read_input(p, f"--target {p}", "give the path of a target file (README: Test a "
-                                         "running deployment)")
+    raw = read_input(p, f"--target {p}", "give the path of a target file (docs/external.md"
+                                         ", \"The target file\")")
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:

@@ -1,6 +1,7 @@
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -249,8 +250,17 @@ def installed_ordeal(tmp_path_factory) -> Installed:
     the session's temporary directory; shared by the tests that use it."""
     root = tmp_path_factory.mktemp("installed")
     repo = Path(__file__).resolve().parent.parent
+    # From a copy of the tracked files: a build in the checkout would leave
+    # build/, whose stale modules a later wheel would ship.
+    src = root / "src"
+    tracked = subprocess.run(["git", "-C", str(repo), "ls-files", "-z"], check=True,
+                             capture_output=True, text=True).stdout.split("\0")
+    for name in filter(None, tracked):
+        if (repo / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repo / name, src / name)
     built = subprocess.run([PY, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                            "-q", "-w", str(root / "dist"), str(repo)],
+                            "-q", "-w", str(root / "dist"), str(src)],
                            capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     [wheel] = (root / "dist").glob("ordeal-*.whl")

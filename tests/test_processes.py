@@ -196,3 +196,28 @@ def test_reap_ends_unlabelled_group_members_but_spares_a_live_harness(tmp_path):
     finally:
         harness.kill()
         reap_leftovers(current_cluster="this-cluster")
+
+
+def test_a_start_that_failed_for_the_environment_names_the_cause_first(tmp_path):
+    """The error a user saw after ``pip install ordeal[vllm]``: transformers
+    imports a torchvision that does not fit torch, and the replica exits.
+    The wait names the cause and the fix before the log's traceback; a
+    start that failed for anything else names no cause."""
+    crash = ("import sys; print('RuntimeError: operator torchvision::nms does not exist'); "
+             "sys.exit(1)")
+    n = node(tmp_path, [sys.executable, "-c", crash])
+    n.start()
+    with pytest.raises(NodeNotReady) as err:
+        n.wait_ready(60)
+    n.stop()
+    msg = str(err.value)
+    assert msg.index("known cause: the environment's torchvision does not fit its torch") < (
+        msg.index("last log lines")), msg
+    assert "pip uninstall -y torchvision torchaudio torchcodec" in msg
+    other = node(tmp_path, [sys.executable, "-c", "import sys; print('bad model'); sys.exit(3)"],
+                 name="n1")
+    other.start()
+    with pytest.raises(NodeNotReady) as err:
+        other.wait_ready(60)
+    other.stop()
+    assert "known cause" not in str(err.value)

@@ -13,6 +13,8 @@ Two jobs, both from inside the replica, where the truth is:
    ``health_truthful`` that a replica holds work even when its engine (and
    with it the engine's own gauges) is frozen. The monitor copies new lines
    into the history.
+3. It holds the failure zoo's ``memory_leak`` when that shape is planted
+   (ordeal/planted.py: a file beside the journal, looked at once a second).
 
 Pure ASGI rather than Starlette's BaseHTTPMiddleware, which would buffer and
 slow streaming responses. Lines are written with one ``os.write`` on an
@@ -26,6 +28,7 @@ import os
 import time
 
 from ordeal.journal import journal_path
+from ordeal.planted import leak_path, read_leak
 
 
 class NodeHeaderMiddleware:
@@ -35,9 +38,26 @@ class NodeHeaderMiddleware:
         self.value = self.name.encode()
         log_dir = os.environ.get("ORDEAL_LOG_DIR")
         self.fd: int | None = None
+        self.leak_file = leak_path(log_dir, self.name) if log_dir else None
+        self.leak_per_request = 0
+        self.leak_checked = 0.0
+        self.leaked: list[bytearray] = []
         if log_dir:
             self.fd = os.open(journal_path(log_dir, self.name),
                               os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def _leak(self) -> None:
+        """The planted leak (faults/zoo/memory_leak.py): the bytes the file
+        names, every page written (so they count in RSS), kept per request;
+        all freed once the file is gone."""
+        now = time.monotonic()
+        if self.leak_file is not None and now - self.leak_checked >= 1.0:
+            self.leak_checked = now
+            self.leak_per_request = read_leak(self.leak_file)
+        if self.leak_per_request:
+            self.leaked.append(bytearray(b"\x01") * self.leak_per_request)
+        elif self.leaked:
+            self.leaked.clear()
 
     def _journal(self, **fields: object) -> None:
         if self.fd is None:
@@ -48,6 +68,7 @@ class NodeHeaderMiddleware:
     async def __call__(self, scope, receive, send):  # type: ignore[no-untyped-def]
         if scope.get("type") != "http":
             return await self.app(scope, receive, send)
+        self._leak()
         rid = None
         for k, v in scope.get("headers", []):
             if k == b"x-request-id":

@@ -14,6 +14,7 @@ from . import (
     greedy_diverges,
     health_while_engine_hung,
     hung_backend_in_rotation,
+    memory_leak,
     request_runs_twice,
     stream_cut_without_done,
     truncation_looks_complete,
@@ -24,7 +25,7 @@ from .base import Plant, Shape, ZooCluster
 
 MODULES = (health_while_engine_hung, hung_backend_in_rotation, stream_cut_without_done,
            truncation_looks_complete, greedy_diverges, wrong_model_text, usage_mismatch,
-           decode_stall, request_runs_twice)
+           decode_stall, request_runs_twice, memory_leak)
 SHAPES: dict[str, Shape] = {m.SHAPE.name: m.SHAPE for m in MODULES}
 
 #: Shapes of issue 40 not planted yet, with what planting each needs; the
@@ -32,8 +33,6 @@ SHAPES: dict[str, Shape] = {m.SHAPE.name: m.SHAPE for m in MODULES}
 PENDING: dict[str, str] = {
     "html_5xx_hidden_by_retries": "a replica answering HTML 503 pages that the router's "
         "retries hide; needs the router's retry counters or the replicas' journals judged",
-    "memory_leak": "a replica whose RSS grows steadily (an LD_PRELOAD or wrapper shim); "
-        "drift and leak_bound judge it",
     "orphans_after_api_server_kill": "a SIGKILL of the API server alone, unannounced; "
         "no_orphans judges only after a kill it was told of",
 }
