@@ -69,6 +69,8 @@ OTHER_TOOLS = {
     "--middleware": "vllm", "--goodput": "vllm bench serve",
     # vllm-router's flags (--router-args passes them through)
     "--policy": "vllm-router", "--max-payload-size": "vllm-router",
+    # systemd-run, the 72-hour run as a transient service (docs/endurance.md)
+    "--unit": "systemd-run", "--working-directory": "systemd-run",
     # pip, in the install lines
     "--no-deps": "pip", "--find-links": "pip",
     "--disable-pip-version-check": "pip",
