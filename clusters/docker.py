@@ -46,6 +46,7 @@ from clusters.docker_image import ensure_base_image
 from engines.vllm.adapter import prepare_model
 from engines.vllm.cpus import replica_cpus
 from engines.vllm.model import TinyModel
+from engines.vllm.node_header import FILES as NODE_HEADER_FILES
 from engines.vllm.nodes import (
     REPLICA_HINT,
     REPO_ROOT,
@@ -375,12 +376,12 @@ class DockerCluster(ClusterBase):
         return env
 
     def _node_header_package(self) -> Path:
-        """The node header (engines/vllm/node_header.py) and the journal
-        format it writes (ordeal/journal.py), copied into the log directory:
-        an image's own Python loads them from there with --middleware, and
-        nothing else of Ordeal enters the container."""
+        """The node header (engines/vllm/node_header.py) and what it imports
+        (its ``FILES``), copied into the log directory: an image's own Python
+        loads them from there with --middleware, and nothing else of Ordeal
+        enters the container."""
         root = self.log_dir.resolve() / "ordeal-node-header"
-        for rel in ("engines/vllm/node_header.py", "ordeal/journal.py"):
+        for rel in NODE_HEADER_FILES:
             dest = root / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(REPO_ROOT / rel, dest)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -348,3 +349,24 @@ def test_a_sigkilled_harness_leaves_nothing_after_heal_all(tmp_path):
     assert client.networks.list(filters={"label": f"{CLUSTER_LABEL}={run}"}) == []
     assert Ledger().pending() == []
     assert reap_leftovers() == []
+
+
+def test_the_node_header_s_files_import_alone(tmp_path):
+    """What the Docker engine image gets of Ordeal (the middleware and its
+    imports, engines/vllm/node_header.py FILES, laid out as clusters/docker.py
+    does) imports with nothing else of Ordeal on the path: a module the
+    middleware imports and FILES forgot (ordeal/planted.py once) failed every
+    replica of --docker-engine image at start."""
+    from engines.vllm.node_header import FILES
+
+    for rel in FILES:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / rel, tmp_path / rel)
+    for pkg in ("engines", "engines/vllm", "ordeal"):
+        (tmp_path / pkg / "__init__.py").write_text("")
+    # -S: no site-packages, so no editable install of the checkout to fall back on.
+    done = subprocess.run([sys.executable, "-S", "-c", "import engines.vllm.node_header as m; "
+                           "print(m.NodeHeaderMiddleware.__name__)"], cwd=tmp_path,
+                          env={"PYTHONPATH": str(tmp_path)}, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "NodeHeaderMiddleware", done.stderr

@@ -30,6 +30,11 @@ import time
 from ordeal.journal import journal_path
 from ordeal.planted import leak_path, read_leak
 
+#: This module and what it imports of Ordeal, relative to the repository
+#: root: all that enters a container that runs its image's own vLLM
+#: (clusters/docker.py copies them beside each other, nothing else).
+FILES = ("engines/vllm/node_header.py", "ordeal/journal.py", "ordeal/planted.py")
+
 
 class NodeHeaderMiddleware:
     def __init__(self, app):  # type: ignore[no-untyped-def]
