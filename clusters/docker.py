@@ -60,6 +60,7 @@ from engines.vllm.nodes import (
     router_fingerprint,
     server_args,
 )
+from engines.vllm.startup import failure_reason
 from faults.clock_drift import DEBIAN_LIBFAKETIME, faketime_env, prepare_clock_file
 from faults.containers import (
     CLUSTER_LABEL,
@@ -235,7 +236,7 @@ class DockerNode:
     def wait_ready(self, timeout: float) -> None:
         wait_http_ok(name=self.name, url=f"{self.endpoint.url}/health", timeout=timeout,
                      is_running=self.is_running, exit_code=self.exit_code,
-                     log_tail=self.log_tail,
+                     log_tail=self.log_tail, reason=failure_reason,
                      hint=f"container {self.container_id[:12]} is {self.status()}; "
                           f"docker logs {self.container_id[:12]}. {self.hint}")
         self._fingerprint = (probe_vllm_fingerprint(self.endpoint.url,

@@ -27,7 +27,7 @@ from dataclasses import asdict
 from typing import Any, Callable
 
 from ordeal.procfs import group_members
-from ordeal.topology import Endpoint, Node
+from ordeal.topology import Endpoint, Node, NodeNotReady
 
 from .base import Effect, Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
@@ -235,7 +235,17 @@ class ProcessKill(Fault):
             return {"restarted": False, "why": "the node still runs"}
         t0 = time.monotonic()
         self.node.start()
-        self.node.wait_ready(self.ready_timeout_s)
+        try:
+            self.node.wait_ready(self.ready_timeout_s)
+        except NodeNotReady as e:
+            # The restart failed: how long it was given and, where the node's
+            # log said why (vLLM meeting a full device), its reason, for
+            # restart_readiness to name.
+            raise FaultError(f"restart failed: {e}", {
+                "restarted": False, "restart_failed": {
+                    "reason": e.reason, "after_s": round(time.monotonic() - t0, 2),
+                    "ready_timeout_s": self.ready_timeout_s,
+                    "state": "running" if self.node.is_running() else "exited"}}) from e
         done: dict[str, Any] = {"restarted": True, "pid": getattr(self.node, "pid", None),
                                 "ready_after_s": round(time.monotonic() - t0, 2)}
         # Where the restart's time went, where the node can tell (a vLLM

@@ -12,10 +12,11 @@ hurt; the availability and recovery checkers say by how much).
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from ordeal.history.ops import HARNESS, NEMESIS, Op
-from ordeal.history.windows import label_parts
+from ordeal.history.windows import Window, label_parts
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 from .histogram import LatencyHistogram
@@ -290,7 +291,14 @@ class Recovery(StreamingChecker):
     from the end of the heal to the completion of the last request (invoked
     after the heal, within the after-heal window) that failed or missed the
     SLO; zero if none did. Not recovered if that is still happening in the
-    window's last quarter, or if nothing was sent after the heal."""
+    window's last quarter, or if nothing was sent after the heal.
+
+    Faults that overlap: a request after the last heal counts for every
+    window healed within ``after_heal_s`` before it, not only the last one
+    (a restart that ends while a co-tenant still holds memory has its
+    after-heal requests after the co-tenant's heal; they tell whether the
+    cluster recovered from both). Requests while another fault is still in
+    place count for none: they are that fault's."""
 
     name = "recovery"
 
@@ -302,16 +310,31 @@ class Recovery(StreamingChecker):
         self.last_bad: dict[str, int] = {}
         self.last_miss: dict[str, dict[str, Any]] = {}  # the request that set last_bad
         self.seen: dict[str, int] = {}
+        self.after_ns = round(self.t.after_heal_s * 1e9)
+        self.recent: deque[Window] = deque()  # healed windows, in heal order
 
     def feed(self, op: Op) -> None:
         req = self.pairer.feed(op)
+        healed = self.timeline.faults.last_healed
+        if healed is None:
+            self.recent.clear()  # a gap: the resumed harness's requests are no one's recovery
+        elif not self.recent or self.recent[-1] is not healed:
+            oldest = (healed.end_ns or 0) - self.after_ns
+            while self.recent and (self.recent[0].end_ns or 0) < oldest:
+                self.recent.popleft()
+            self.recent.append(healed)
         if req is None or req.phase != "after_heal":
             return
-        self.seen[req.window] = self.seen.get(req.window, 0) + 1
+        t = req.invoke.time_ns
+        while self.recent and (self.recent[0].end_ns or 0) < t - self.after_ns:
+            self.recent.popleft()
+        labels = {w.label for w in self.recent if w.end_ns is not None and w.end_ns <= t}
         miss = slo_miss(req, self.t)
-        if miss is not None and req.done.time_ns >= self.last_bad.get(req.window, 0):
-            self.last_bad[req.window] = req.done.time_ns
-            self.last_miss[req.window] = {"miss": miss, **op_brief(req.done)}
+        for label in sorted(labels | {req.window}):
+            self.seen[label] = self.seen.get(label, 0) + 1
+            if miss is not None and req.done.time_ns >= self.last_bad.get(label, 0):
+                self.last_bad[label] = req.done.time_ns
+                self.last_miss[label] = {"miss": miss, **op_brief(req.done)}
 
     def result(self) -> Result:
         t = self.t
@@ -361,7 +384,10 @@ class Recovery(StreamingChecker):
 class RestartReadiness(StreamingChecker):
     """A node killed and restarted must serve again within the bound; the
     heal's ``ready_after_s`` is measured by the fault itself (start to
-    /health 200)."""
+    /health 200). A restart that failed is a counterexample whose
+    ``problem`` is the node's own reason where its log gave one (vLLM that
+    met a full device: "out of memory: ..."), and ``while`` names the other
+    faults in place then (a co-tenant holding the memory the restart needs)."""
 
     name = "restart_readiness"
 
@@ -369,19 +395,35 @@ class RestartReadiness(StreamingChecker):
         super().start(ctx)
         self.t = ctx.settings.slo
         self.restarts: list[dict[str, Any]] = []
+        self.in_place: list[str] = []  # "kind on target" of each fault injected, not healing
 
     def feed(self, op: Op) -> None:
-        if op.process != NEMESIS or op.f != "heal" or op.value.get("phase") != "end":
+        if op.process != NEMESIS or op.f not in ("inject", "heal"):
             return
+        here = f"{op.value.get('kind')} on {op.value.get('target')}"
+        phase = op.value.get("phase")
+        if op.f == "inject" and phase == "end" and not op.error:
+            self.in_place.append(here)
+        elif op.f == "heal" and phase == "begin" and here in self.in_place:
+            self.in_place.remove(here)
+        if op.f != "heal" or phase != "end":
+            return
+        restart: dict[str, Any] = {"target": op.value.get("target"), "index": op.index}
+        if self.in_place:
+            restart["while"] = list(self.in_place)
         if op.value.get("restarted"):
-            restart = {"target": op.value.get("target"),
-                       "ready_after_s": op.value.get("ready_after_s"), "index": op.index}
+            restart["ready_after_s"] = op.value.get("ready_after_s")
             if "restart_phases" in op.value:  # where the time went, as the node told it
                 restart["phases"] = op.value["restart_phases"]
             self.restarts.append(restart)
         elif op.error:
-            self.restarts.append({"target": op.value.get("target"), "ready_after_s": None,
-                                  "index": op.index, "error": op.error})
+            failed = op.value.get("restart_failed")
+            failed = failed if isinstance(failed, dict) else {}
+            why = failed.get("reason") or ("no reason in its log: " + str(op.error)[:200])
+            self.restarts.append({**restart, "ready_after_s": None, "error": op.error,
+                                  "problem": f"{restart['target']} did not serve again after "
+                                             f"its restart: {why}",
+                                  **({"restart_failed": failed} if failed else {})})
 
     def result(self) -> Result:
         details = {"restart_bound_s": self.t.restart_bound_s, "restarts": self.restarts}
@@ -390,6 +432,10 @@ class RestartReadiness(StreamingChecker):
                 **details, "why": "no node was restarted in this run: nothing to wait for"})
         late = [r for r in self.restarts
                 if r["ready_after_s"] is None or r["ready_after_s"] > self.t.restart_bound_s]
+        for r in late:
+            r.setdefault("problem", f"{r['target']} served again {r['ready_after_s']} s after "
+                                    f"its restart began, past the {self.t.restart_bound_s:g} s "
+                                    "bound")
         return Result(self.name, not late, details, late[:MAX_COUNTEREXAMPLES])
 
 

@@ -64,7 +64,13 @@ class LocalNode:
         wait_http_ok(
             name=self.name, url=f"{self.endpoint.url}/health", timeout=timeout,
             is_running=self.process.is_running, exit_code=self.process.exit_code,
-            log_tail=self.process.log_tail, hint=self.hint)
+            log_tail=self.process.log_tail, hint=self.hint, reason=self.failure_reason)
+
+    def failure_reason(self, tail: list[str]) -> str | None:
+        """Why the node's own software says it failed to start, from its log
+        tail; an engine's node overrides it (a vLLM replica: out of memory).
+        None: no line says."""
+        return None
 
     def fingerprint(self) -> str:
         return self._fingerprint or "unknown"

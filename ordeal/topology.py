@@ -101,7 +101,15 @@ class Link:
 
 class NodeNotReady(RuntimeError):
     """A node did not become ready. The message carries what was waited for,
-    the node's state, its last log lines and a hint, testcontainers-style."""
+    the node's state, its last log lines and a hint, testcontainers-style.
+    ``reason``: why the system under test said it failed, where its log
+    said so in words the node's engine recognises (a vLLM replica that met
+    a full device: ``engines/vllm/startup.py failure_reason``); None when
+    no log line said why. A restart's judgement names it."""
+
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message)
+        self.reason = reason
 
 
 @runtime_checkable

@@ -165,6 +165,20 @@ def _count(s: PhaseStats, req: Request) -> None:
         s.errors.append(str(req.done.error))
 
 
+def skip_unless_runnable(run: OrdealRun, kind: str) -> None:
+    """Skip the calling test, with the reason, when this run's engine or
+    cluster cannot take ``kind``: before anything runs."""
+    why = run.engine.unsupported(kind)
+    if why:
+        pytest.skip(f"{kind} on --engine {run.engine.name}: {why}")
+    why = getattr(run.cluster, "unsupported", lambda _kind: None)(kind)
+    if why:  # an external deployment without a hook (or the proxy) for it
+        pytest.skip(f"{kind} on --cluster external: {why}")
+    if kind in BACKEND_KINDS and not getattr(run.cluster, "ray_nodes", None):
+        pytest.skip(f"{kind} acts on the simulated nodes of --cluster ray; this run's cluster "
+                    f"is --cluster {getattr(run.cluster, 'backend', '?')}")
+
+
 def run_single_fault(run: OrdealRun, kind: str, target: str, params: dict[str, Any] | None = None,
                      *, inject_at_s: float = 6.0, hold_s: float = 10.0, load_s: float = 24.0,
                      rate: float = 6.0, after_heal_s: float = 10.0, seed: int = 0,
@@ -176,25 +190,31 @@ def run_single_fault(run: OrdealRun, kind: str, target: str, params: dict[str, A
     workload's short default. A kind
     the cluster's engine cannot take here is skipped with the engine's
     reason (engines/base.py ``unsupported``), before anything runs."""
-    why = run.engine.unsupported(kind)
-    if why:
-        pytest.skip(f"{kind} on --engine {run.engine.name}: {why}")
-    why = getattr(run.cluster, "unsupported", lambda _kind: None)(kind)
-    if why:  # an external deployment without a hook (or the proxy) for it
-        pytest.skip(f"{kind} on --cluster external: {why}")
-    if kind in BACKEND_KINDS and not getattr(run.cluster, "ray_nodes", None):
-        pytest.skip(f"{kind} acts on the simulated nodes of --cluster ray; this run's cluster "
-                    f"is --cluster {getattr(run.cluster, 'backend', '?')}")
+    skip_unless_runnable(run, kind)
     steps = [Step(inject_at_s, "inject", kind, target, 0, dict(params or {})),
              Step(inject_at_s + hold_s, "heal", kind, target, 0, dict(params or {}))]
+    return run_fault_steps(run, steps, load_s=load_s, rate=rate, after_heal_s=after_heal_s,
+                           seed=seed, max_s=max_s, max_tokens=max_tokens)
+
+
+def run_fault_steps(run: OrdealRun, steps: list[Step], *, load_s: float = 24.0,
+                    rate: float = 6.0, after_heal_s: float = 10.0, seed: int = 0,
+                    max_s: float = 420.0,
+                    max_tokens: tuple[int, int] | None = None) -> FaultRun:
+    """``run_single_fault`` for a few steps of the suite's own making (faults
+    that overlap: a restart while a co-tenant holds memory): the same load,
+    checks and phases. A step's action waits for the one before it, so a
+    heal that restarts a node holds back the steps after it. ``window`` is
+    the first fault's; ``summary["faults"]`` has them all."""
     spec = WorkloadSpec(duration_s=load_s, rate=rate, seed=seed, timeout_s=20.0)
     if max_tokens is not None:  # long answers: streams are in flight when the fault comes
         spec = dataclasses.replace(spec, max_tokens=max_tokens, timeout_s=90.0)
     run.load(spec, schedule=steps, schedule_seed=seed, after_heal_s=after_heal_s, max_s=max_s)
     run.check()
     summary = run.finish()
+    l7 = all(step.kind in L7_KINDS for step in steps)
     phases = split_by_phase(run.run_dir.history_path, after_heal_s,
-                            run.engine.l7_visible if kind in L7_KINDS else None,
+                            run.engine.l7_visible if l7 else None,
                             run.checker_settings.warmup_s)
     window = summary["faults"][0] if summary["faults"] else {}
     return FaultRun(summary, phases, window)

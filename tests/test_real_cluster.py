@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from engines.vllm.model import ensure_tiny_model
-from engines.vllm.nodes import SERVED_MODEL_NAME, VllmReplica
+from engines.vllm.nodes import SERVED_MODEL_NAME, ReplicaConfig, VllmReplica
 from faults import Ledger, ProcessKill
 from invariants import NoSilentLoss, RunContext, StreamWellFormed
 from load.monitor import node_journal
@@ -258,6 +258,29 @@ def test_a_replica_with_a_broken_model_fails_fast_with_the_reason(tmp_path):
         assert "Error" in str(err.value)  # the engine's own error is in the tail
     finally:
         node.stop(grace=5)
+
+
+def test_a_replica_that_meets_too_little_memory_fails_with_vllm_s_own_reason(tmp_path):
+    """The CPU form of a GPU replica restarted beside a co-tenant that holds
+    the memory it needs: vLLM is asked for a KV cache larger than the
+    machine (VLLM_CPU_KVCACHE_SPACE, as a user's --engine-env sets it), and
+    refuses with its own words. The wait ends when the process exits, and
+    its error and ``reason`` carry vLLM's line (engines/vllm/startup.py
+    ``failure_reason``), which restart_readiness puts in the finding."""
+    model = ensure_tiny_model(0)
+    too_much = ReplicaConfig(engine_env=(("VLLM_CPU_KVCACHE_SPACE", "100000"),))  # GiB
+    node = VllmReplica("hungry-replica", Endpoint("127.0.0.1", free_ports(1)[0]), model.path,
+                       tmp_path / "hungry.log", "hungry-run", config=too_much)
+    node.start()
+    try:
+        with pytest.raises(NodeNotReady, match="exited with code") as err:
+            node.wait_ready(240)
+    finally:
+        node.stop(grace=5)
+    reason = err.value.reason
+    assert reason is not None and reason.startswith("out of memory: "), str(err.value)
+    assert "is less than requested memory for kv" in reason, reason
+    assert f"its own reason: {reason}" in str(err.value)
 
 
 def test_monitor_samples_a_real_replica_and_survives_a_dead_one(ordeal_cluster):

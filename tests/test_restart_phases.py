@@ -2,7 +2,7 @@
 the lines below are a real replica's restart under load (CI, 2026-12-02),
 behind the harness's banner. On a real replica: tests/test_real_cluster.py."""
 
-from engines.vllm.startup import startup_phases
+from engines.vllm.startup import failure_reason, startup_phases
 
 LOG = """\
 === ordeal: start #1 of replica-1 at 2026-12-02T01:28:20.100Z: python -m vllm...
@@ -41,3 +41,22 @@ def test_a_log_without_a_timed_banner_says_so():
     got = startup_phases(["=== ordeal: start #1 of r: python", "(APIServer pid=1) INFO 12-02 "
                           "01:00:00 [x.py:1] hi"])
     assert "no start banner with a time" in got["error"]
+
+
+def test_a_start_that_met_a_full_gpu_gives_vllm_s_line_as_its_reason():
+    """A restart beside a co-tenant that holds the GPU (the line's words as
+    vLLM 0.26 writes them): the reason is the engine's line without its
+    prefix, from the last start only; an earlier start's failure or a start
+    without such a line gives none."""
+    full = ("(EngineCore_DP0 pid=812) ERROR 12-07 12:00:09 [core.py:708] ValueError: Free "
+            "memory on device cuda:0 (20.1/79.2 GiB) on startup is less than desired GPU "
+            "memory utilization (0.35, 27.7 GiB). Decrease GPU memory utilization or reduce "
+            "GPU memory used by other processes.")
+    restart = ["=== ordeal: start #2 of replica-1 at 2026-12-07T12:00:00.000Z: python -m vllm",
+               "(APIServer pid=800) INFO 12-07 12:00:01 [api_utils.py:347] version 0.26.0",
+               full, "(APIServer pid=800) ERROR 12-07 12:00:10 [x.py:1] RuntimeError: Engine "
+               "core initialization failed. See root cause above. Failed core proc(s): {}"]
+    assert failure_reason(LOG + restart) == (
+        "out of memory: " + full[full.index("ValueError"):])
+    assert failure_reason(restart[:1] + [full] + LOG[3:]) is None  # start #2 of LOG: clean
+    assert failure_reason(LOG) is None

@@ -166,6 +166,38 @@ def test_no_traffic_after_heal_is_unknown_and_unhealed_is_false():
     assert r.valid is False and r.counterexamples[0]["problem"].endswith("never healed")
 
 
+def test_a_heal_inside_another_fault_is_judged_by_the_requests_after_both():
+    """A restart that ends while a co-tenant still holds memory: every
+    request after it falls in the co-tenant's window, then in the
+    co-tenant's after-heal. Those after both heals judge both windows'
+    recovery (a miss there counts for each); before, the first window was
+    left ``unknown`` for want of its own after-heal requests."""
+    def run(slow_until):
+        h = H()
+        h.req(0)
+        h.fault(1, 10, kind="process_kill", target="replica-1")
+        v = {"kind": "gpu_memory_pressure", "target": "replica-0"}
+        h._op(5, "info", "nemesis", "inject", {**v, "phase": "begin"})
+        h._op(5.01, "info", "nemesis", "inject", {**v, "phase": "end"})
+        h.req(10.2, type="fail")  # the co-tenant's, not the restart's
+        h._op(11, "info", "nemesis", "heal", {**v, "phase": "begin"})
+        h._op(11.5, "info", "nemesis", "heal", {**v, "phase": "end"})
+        for i in range(40):
+            t = 11.6 + i * 0.5
+            h.req(t, ttft=5000.0 if t < slow_until else 50.0)
+        return Recovery().check(h.sorted(), ctx(recovery_bound_s=5, after_heal_s=30))
+    r = run(0)
+    kill, held = (r.details["windows"][w] for w in ("process_kill@replica-1#1",
+                                                   "gpu_memory_pressure@replica-0#1"))
+    assert r.valid is True and kill["requests_after_heal"] == held["requests_after_heal"] == 40
+    assert kill["recovery_s"] == held["recovery_s"] == 0.0, r.details
+    r = run(20)  # the last slow one ends at 19.7 s: 9.7 s after one heal, 8.2 after the other
+    kill, held = (r.details["windows"][w] for w in ("process_kill@replica-1#1",
+                                                   "gpu_memory_pressure@replica-0#1"))
+    assert r.valid is False and kill["recovered"] is held["recovered"] is False, r.details
+    assert (kill["recovery_s"], held["recovery_s"]) == (9.7, 8.2), r.details
+
+
 def test_slow_or_failed_restart_is_caught():
     h = H()
     h.fault(1, 300, ready_after=299)
@@ -176,6 +208,40 @@ def test_slow_or_failed_restart_is_caught():
     assert r.valid is False and "NodeNotReady" in r.counterexamples[0]["error"]
     r0 = RestartReadiness().check([], ctx())
     assert r0.valid is True and "no node was restarted" in r0.details["why"]
+
+
+def test_a_restart_that_met_a_full_device_names_vllm_s_reason_and_the_fault_in_place():
+    """A replica killed and restarted while a co-tenant holds GPU memory:
+    the failed restart's counterexample says vLLM's own out-of-memory line
+    (process_kill records it as ``restart_failed``) and which fault was in
+    place then; a restart that failed without a reason in its log says so."""
+    h = H()
+    pressure = {"kind": "gpu_memory_pressure", "target": "replica-0"}
+    h._op(1, "info", "nemesis", "inject", {**pressure, "phase": "begin"})
+    h._op(1.1, "info", "nemesis", "inject", {**pressure, "phase": "end"})
+    reason = ("out of memory: ValueError: Free memory on device cuda:0 (20.1/79.2 GiB) on "
+              "startup is less than desired GPU memory utilization (0.35, 27.7 GiB).")
+    kill = {"kind": "process_kill", "target": "replica-1"}
+    h._op(2, "info", "nemesis", "inject", {**kill, "phase": "begin"})
+    h._op(2.1, "info", "nemesis", "inject", {**kill, "phase": "end"})
+    h._op(5, "info", "nemesis", "heal", {**kill, "phase": "begin"})
+    h._op(30, "info", "nemesis", "heal",
+          {**kill, "phase": "end", "restarted": False,
+           "restart_failed": {"reason": reason, "after_s": 24.0, "state": "exited"}},
+          "FaultError: restart failed: NodeNotReady: replica-1 is not ready")
+    h._op(31, "info", "nemesis", "heal", {**pressure, "phase": "begin"})
+    h._op(31.5, "info", "nemesis", "heal", {**pressure, "phase": "end"})
+    r = RestartReadiness().check(h.sorted(), ctx())
+    assert r.valid is False, r.to_dict()
+    [c] = r.counterexamples
+    assert c["problem"] == f"replica-1 did not serve again after its restart: {reason}", c
+    assert c["while"] == ["gpu_memory_pressure on replica-0"], c
+    h = H()
+    h.fault(1, 5, heal_error="FaultError: restart failed: NodeNotReady: timed out")
+    [c] = RestartReadiness().check(h.sorted(), ctx()).counterexamples
+    assert c["problem"].startswith("replica-1 did not serve again after its restart: no reason "
+                                   "in its log: FaultError"), c
+    assert "while" not in c, c  # the killed node's own window is not "another fault"
 
 
 def test_slo_file(tmp_path):

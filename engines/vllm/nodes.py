@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from engines.vllm.gpus import GpuPlacement
-from engines.vllm.startup import startup_phases
+from engines.vllm.startup import failure_reason, startup_phases
 from faults.clock_drift import faketime_env, prepare_clock_file
 from nodes.local import LocalNode
 from nodes.process import REPO_ROOT, ManagedProcess
@@ -185,6 +185,11 @@ class VllmReplica(LocalNode):
         """Where the last (re)start spent its time, from this replica's log
         (engines.vllm.startup); ``ready_wall``: when /health first said 200."""
         return startup_phases(self.process.log_tail(600), ready_wall)
+
+    def failure_reason(self, tail: list[str]) -> str | None:
+        """vLLM's own out-of-memory line in a failed start's log (engines.
+        vllm.startup ``failure_reason``)."""
+        return failure_reason(tail)
 
 
 def probe_vllm_fingerprint(base_url: str, timeout: float = 30.0,

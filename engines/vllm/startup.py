@@ -91,3 +91,38 @@ def startup_phases(lines: list[str], ready_wall: float | None = None) -> dict[st
     if todo:
         out["missing"] = [name for name, _ in todo]
     return out
+
+
+#: vLLM's own words when a start meets a full device or too little host
+#: memory (vLLM 0.26-0.32: ``v1/worker/utils.py``, ``v1/core/kv_cache_utils.py``,
+#: ``v1/worker/cpu_worker.py``, ``gpu_model_runner.py``; torch's allocators).
+#: A restart while a co-tenant holds the memory must fail with one of these
+#: in its finding, never hang.
+OUT_OF_MEMORY: tuple[str, ...] = (
+    "is less than desired GPU memory utilization",  # GPU: free memory at start
+    "No available memory for the cache blocks",
+    "larger than the available KV cache memory",
+    "is less than requested memory for kv",  # CPU: VLLM_CPU_KVCACHE_SPACE does not fit
+    "Failed to load model - not enough GPU memory",
+    "CUDA out of memory",
+    "CUDA error: out of memory",
+    "DefaultCPUAllocator: can't allocate memory",
+)
+#: The process prefix and level vLLM puts before a logged line.
+_PREFIX = re.compile(r"^\(\w+ pid=\d+\)\s*(?:[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\]\s*)?")
+
+
+def failure_reason(lines: list[str]) -> str | None:
+    """``out of memory: <vLLM's line>`` for the first line of ``lines`` (a
+    failed start's log, after its last banner) that says vLLM met too little
+    memory; None when no line says so. The first, because vLLM's engine
+    states the cause before the API server's own "initialization failed"
+    traceback repeats it."""
+    for i in range(len(lines) - 1, -1, -1):
+        if BANNER.match(lines[i]):
+            lines = lines[i + 1:]
+            break
+    for line in lines:
+        if any(p in line for p in OUT_OF_MEMORY):
+            return "out of memory: " + _PREFIX.sub("", line.strip())[:400]
+    return None

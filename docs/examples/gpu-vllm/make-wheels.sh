@@ -23,6 +23,18 @@ mkdir -p "$DL"
 python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     $P -d "$DL" -r $HERE/wheels.txt
 
+# Where a package has several builds, the bulk download may pick another than the one
+# listed (seen: apache-tvm-ffi 0.1.10, manylinux2014 instead of manylinux_2_28): fetch each
+# missing listed file again with only the platform tags its own name carries.
+for line in $(sed -n 's/^\([^ #]*\)==\([^ ]*\) .* MiB \([^ ]*\.whl\)$/\1==\2@\3/p' $HERE/wheels.txt); do
+    req=${line%@*}; f=${line#*@}
+    [ -f "$DL/$f" ] && continue
+    tags=$(echo "${f%.whl}" | awk -F- '{print $NF}' | tr . ' ')
+    TP=""; for t in $tags; do TP="$TP --platform $t"; done
+    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        $TP -d "$DL" "$req"
+done
+
 # exactly the listed files, one version of each
 rm -rf "$W" && mkdir -p "$W/all"
 for f in $(sed -n 's/.* MiB \([^ ]*\.whl\)$/\1/p' $HERE/wheels.txt); do
