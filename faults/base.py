@@ -90,6 +90,9 @@ class Fault(ABC):
     without_root: ClassVar[str] = ""
     #: Capabilities root itself must hold (a container's root may lack them).
     capabilities: ClassVar[tuple[str, ...]] = ()
+    #: Programs this kind runs, which must be on PATH (a GPU machine's image
+    #: may have no iptables): a kind without one is left out at start.
+    tools: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, target: str, run_id: str, ledger: Ledger):
         self.target = target

@@ -6,7 +6,8 @@ kinds' modules never depend on one another through it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import shutil
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .bandwidth_limit import BandwidthLimit
@@ -55,8 +56,15 @@ def effective_capabilities(status: Path = Path("/proc/self/status")) -> int | No
     return None
 
 
+def tools_missing(which: Callable[[str], str | None] = shutil.which,
+                  kinds: Iterable[str] = (*KINDS, *BACKEND_KINDS)) -> set[str]:
+    """The programs the ``kinds`` run (``Fault.tools``) that are not on PATH."""
+    return {t for kind in kinds for t in REGISTRY[kind].tools if which(t) is None}
+
+
 def unrunnable_kinds(euid: int, gpu_backend: str = "cpu", cap_eff: int | None = None,
-                     kinds: Iterable[str] = KINDS) -> dict[str, str]:
+                     kinds: Iterable[str] = KINDS,
+                     missing_tools: Iterable[str] = ()) -> dict[str, str]:
     """``{kind: why}`` for each of ``kinds`` this harness cannot inject, and
     exactly what is missing. Pure: the caller gives the effective uid, the
     effective capability mask (None: unknown, not judged) and the co-tenant
@@ -64,7 +72,9 @@ def unrunnable_kinds(euid: int, gpu_backend: str = "cpu", cap_eff: int | None = 
     only for its CPU quota). A kind that needs root is refused to any other
     uid (``Fault._require_privilege``, the same rule), and to a root that
     lacks a capability the kind declares (a container's root without
-    NET_ADMIN cannot use iptables)."""
+    NET_ADMIN cannot use iptables), or whose program is in ``missing_tools``
+    (``tools_missing``: not on PATH)."""
+    missing_tools = set(missing_tools)
     out: dict[str, str] = {}
     for kind in kinds:
         cls = REGISTRY[kind]
@@ -75,6 +85,11 @@ def unrunnable_kinds(euid: int, gpu_backend: str = "cpu", cap_eff: int | None = 
         if euid != 0:
             out[kind] = (f"needs root (effective uid 0) and this harness runs as uid {euid} "
                          f"(why: {why}){instead}")
+            continue
+        gone = [t for t in cls.tools if t in missing_tools]
+        if gone:
+            out[kind] = (f"needs {', '.join(gone)}, which is not on this machine's PATH "
+                         f"(install it: apt-get install {' '.join(gone)}){instead}")
             continue
         missing = [c for c in cls.capabilities
                    if cap_eff is not None and not cap_eff >> CAP_BITS[c] & 1]

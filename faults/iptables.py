@@ -319,6 +319,7 @@ class ChainFault(Fault):
 
     hooks: tuple[str, ...] = HOOKS
     capabilities = ("CAP_NET_ADMIN",)
+    tools = ("iptables",)
 
     def __init__(self, target: Node | Sequence[Node], run_id: str, ledger: Ledger):
         self.nodes = as_nodes(target, self.kind)

@@ -398,6 +398,7 @@ class RayNodePartition(_RayNodeFault):
                  "match the simulated Ray node's cgroup and Ray's ports: CAP_NET_ADMIN")
     without_root = "ray_node_pause (no root): the node falls silent the same way to Ray"
     capabilities = ("CAP_NET_ADMIN",)
+    tools = ("iptables",)
 
     def _preflight(self) -> None:
         super()._preflight()

@@ -30,7 +30,7 @@ WHAT = {
     "error_rate": "too many requests failed in steady state",
     "availability": "too few requests succeeded inside a fault window",
     "recovery": "the SLO did not hold again soon enough after a heal",
-    "restart_readiness": "a restarted node took longer than its bound to serve again",
+    "restart_readiness": "a restarted node did not serve again within its bound",
     "failover": "the router kept sending new requests to a replica that had stopped "
                 "answering, past the failover bound, or did not take it back",
     "fault_slo": "while a replica was down, the requests sent after the failover bound "

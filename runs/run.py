@@ -204,6 +204,9 @@ class OrdealRun:
         self.errors: list[str] = []
         self.summary: dict[str, Any] | None = None
         self.checker_settings = CheckerSettings()  # set by the plugin: SLO targets etc.
+        # {kind: why} of the fault kinds this harness cannot inject (not
+        # root, a missing capability or program): set by the plugin.
+        self.unrunnable_kinds: dict[str, str] = {}
         # Failures already known of this stack (--known-findings, or the file
         # shipped for the embedded stack): reported, out of the verdict.
         self.known_findings: KnownFindings | None = None

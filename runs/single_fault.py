@@ -167,13 +167,18 @@ def _count(s: PhaseStats, req: Request) -> None:
 
 def skip_unless_runnable(run: OrdealRun, kind: str) -> None:
     """Skip the calling test, with the reason, when this run's engine or
-    cluster cannot take ``kind``: before anything runs."""
+    cluster cannot take ``kind``, or this machine cannot inject it (not
+    root, no iptables: ``faults.catalogue.unrunnable_kinds``): before
+    anything runs."""
     why = run.engine.unsupported(kind)
     if why:
         pytest.skip(f"{kind} on --engine {run.engine.name}: {why}")
     why = getattr(run.cluster, "unsupported", lambda _kind: None)(kind)
     if why:  # an external deployment without a hook (or the proxy) for it
         pytest.skip(f"{kind} on --cluster external: {why}")
+    why = run.unrunnable_kinds.get(kind)
+    if why:
+        pytest.skip(f"{kind} cannot run here: {why}")
     if kind in BACKEND_KINDS and not getattr(run.cluster, "ray_nodes", None):
         pytest.skip(f"{kind} acts on the simulated nodes of --cluster ray; this run's cluster "
                     f"is --cluster {getattr(run.cluster, 'backend', '?')}")

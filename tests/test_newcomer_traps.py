@@ -18,7 +18,14 @@ import sys
 import zipfile
 from pathlib import Path
 
-from faults.catalogue import BACKEND_KINDS, CAP_BITS, KINDS, REGISTRY, unrunnable_kinds
+from faults.catalogue import (
+    BACKEND_KINDS,
+    CAP_BITS,
+    KINDS,
+    REGISTRY,
+    tools_missing,
+    unrunnable_kinds,
+)
 from faults.schedule import is_healed_at_end, plan_schedule
 from suites.test_nemesis import HOLD_S, QUIET_S, TOLERABLE, smoke_schedule
 
@@ -58,6 +65,21 @@ def test_kinds_that_cannot_run_as_non_root_say_exactly_what_is_missing():
     assert set(no_net) == {"network_partition", "packet_loss", "ray_node_partition"}, no_net
     assert all(w.startswith("needs CAP_NET_ADMIN, which this root harness lacks")
                for w in no_net.values()), no_net
+
+
+def test_kinds_whose_program_is_not_on_path_are_left_out_at_start_with_what_to_install():
+    """The H100 machine of 2026-12-07 had no iptables: the nemesis smoke's
+    network_partition failed mid-run instead of being left out at start."""
+    missing = tools_missing(lambda tool: None if tool == "iptables" else f"/usr/sbin/{tool}",
+                            kinds=KINDS + BACKEND_KINDS)
+    assert missing == {"iptables"}
+    assert tools_missing(lambda tool: f"/usr/sbin/{tool}") == set()
+    cannot = unrunnable_kinds(0, "cuda", kinds=KINDS + BACKEND_KINDS, missing_tools=missing)
+    assert set(cannot) == {"network_partition", "packet_loss", "ray_node_partition"}, cannot
+    assert all("needs iptables, which is not on this machine's PATH (install it: apt-get "
+               "install iptables)" in why for why in cannot.values()), cannot
+    steps, kept, left = smoke_schedule(60.0, 0, cannot)
+    assert "network_partition" in left and "network_partition" not in kept, (kept, left)
 
 
 def test_the_nemesis_smoke_leaves_out_what_cannot_run_and_keeps_its_schedule():
