@@ -9,7 +9,7 @@
 # 3. the unchanged suites, with the harness and the replicas in that venv
 #    (--vllm-python): Ordeal finds the GPU build and places the replicas itself
 #    (engines/vllm/gpus.py; summary.json cluster.stack says what it chose).
-# Everything the run wrote (runs, cluster logs, pytest output, nvidia-smi) goes to $OUT.
+# Everything the run wrote goes to $OUT: pytest output, nvidia-smi, and WHAT-runs.tgz (runs, cluster logs).
 set -u
 OUT=${OUT:-/tmp/gpuvllm-out}; mkdir -p "$OUT"
 WHAT=${1:-smoke}
@@ -44,6 +44,8 @@ $VPY -m pytest "${suites[@]}" --vllm-python "$VPY" --runs-dir "$OUT/runs-$WHAT" 
 rc=${PIPESTATUS[0]}
 echo "pytest exit $rc after $(( $(date +%s) - t0 )) s"
 nvidia-smi --query-gpu=memory.used,clocks.sm --format=csv,noheader > "$OUT/nvidia-smi-after-$WHAT.txt"
-mkdir -p "$OUT/clusters-$WHAT" && cp -r reports/clusters/. "$OUT/clusters-$WHAT/" 2>/dev/null
-# The runs' own report.html and summary.json are in $OUT/runs-$WHAT.
+# The runs (report.html, summary.json, history) and the cluster logs (beside the runs
+# directory: $OUT/clusters) in one archive: a device call brings back only so many files.
+(cd "$OUT" && tar czf "$WHAT-runs.tgz" "runs-$WHAT" clusters && rm -rf "runs-$WHAT" clusters)
+ls -la "$OUT"
 exit $rc
