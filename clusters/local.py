@@ -47,11 +47,17 @@ class LocalCluster(HostFrontCluster):
         replicas = [self.engine_adapter.replica(self, i, ports[i * per:(i + 1) * per])
                     for i in range(self.spec.replicas)]
         self.nodes.extend(replicas)
-        for r in replicas:  # spawn all first: they start in parallel
-            r.start()
+        # In parallel, except where the engine says which may not start
+        # together (vLLM replicas sharing a GPU: engines/vllm/gpus.py start_waves).
+        waves = getattr(self, "start_waves", None) or [list(range(len(replicas)))]
         self.progress(f"starting {len(replicas)} {self.engine} replica(s) on ports "
-                      f"{[r.endpoint.port for r in replicas]}; logs in {self.log_dir}")
-        self._wait_all(replicas)
+                      f"{[r.endpoint.port for r in replicas]}"
+                      + (f" in {len(waves)} waves" if len(waves) > 1 else "")
+                      + f"; logs in {self.log_dir}")
+        for wave in waves:
+            for i in wave:
+                replicas[i].start()
+            self._wait_all([replicas[i] for i in wave])
         self._start_front(replicas)
         self.ready(t0, f"router at {self.router.endpoint.url} in front of "
                        f"{len(replicas)} replica(s)")

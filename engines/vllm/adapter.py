@@ -12,7 +12,7 @@ from typing import Any
 
 from engines.base import ClientCounts, Upstream
 from engines.vllm.cpus import replica_cpus
-from engines.vllm.gpus import detect_build, parse_replica_gpus, plan_gpus
+from engines.vllm.gpus import detect_build, parse_replica_gpus, plan_gpus, start_waves
 from engines.vllm.model import ensure_tiny_model, resolve_model
 from engines.vllm.nodes import (
     ORDEAL_ENGINE_DEFAULTS,
@@ -77,6 +77,7 @@ def place_replicas(cluster: Any) -> None:
     build = detect_build(getattr(spec, "vllm_python", None))
     cluster.vllm_build = build
     cluster.gpu_plan = None
+    cluster.start_waves = None  # None: every replica at once
     extra: dict[str, Any] = {"vllm_build": build.describe()}
     if build.gpu:
         plan = plan_gpus(spec.replicas, build.gpus, parse_replica_gpus(spec.replica_gpus))
@@ -88,6 +89,7 @@ def place_replicas(cluster: Any) -> None:
                               "indices, e.g. CUDA_VISIBLE_DEVICES=0,1")
         # An index is one of the harness's own visible GPUs (an xdist worker's).
         cluster.gpu_plan = [dataclasses.replace(p, visible=str(outer[p.device])) for p in plan]
+        cluster.start_waves = start_waves(cluster.gpu_plan)
         gpu_env = replica_env({}, gpu=cluster.gpu_plan[0])
         extra.update({
             "ordeal_engine_flags": list(ORDEAL_GPU_ENGINE_DEFAULTS),
@@ -96,7 +98,12 @@ def place_replicas(cluster: Any) -> None:
                                   and k not in dict(spec.engine_env)},
             "replica_gpus": {f"replica-{i}": dataclasses.asdict(p)
                              for i, p in enumerate(cluster.gpu_plan)},
-            "replica_cpus": "not applied: GPU replicas are placed by CUDA_VISIBLE_DEVICES"})
+            "replica_cpus": "not applied: GPU replicas are placed by CUDA_VISIBLE_DEVICES",
+            "replica_start": ("at once" if len(cluster.start_waves) == 1 else
+                              "one replica per GPU at a time (replicas sharing a GPU one after "
+                              "the other): " + " then ".join(
+                                  ",".join(f"replica-{i}" for i in wave)
+                                  for wave in cluster.start_waves))})
         cluster.progress(f"vLLM {build.version} (GPU build, {build.gpus} GPU(s) visible): "
                          + "; ".join(f"replica-{i} on GPU {p.visible}"
                                      + (f" with --gpu-memory-utilization "

@@ -27,7 +27,9 @@ VLLM_LINE = re.compile(r"^\((\w+) pid=\d+\) [A-Z]+ (\d\d)-(\d\d) (\d\d):(\d\d):(
 MILESTONES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("api_server_imports", re.compile(r"^\(APIServer pid=")),  # first line: Python + vLLM imported
     ("engine_core_spawn", re.compile(r"Initializing a V1 LLM engine")),  # config, EngineCore up
-    ("worker_spawn", re.compile(r"Starting to load model")),  # the worker process imported
+    # the worker imported: a process of its own on CPU; on the GPU build of
+    # vLLM 0.26 (one GPU) inside the EngineCore, which says the second
+    ("worker_spawn", re.compile(r"Starting to load model|Loading model from scratch")),
     ("weights_load", re.compile(r"Loading weights took")),
     ("engine_init", re.compile(r"init engine \(profile, create kv cache")),  # KV cache, warm-up
     ("api_server_listen", re.compile(r"Starting vLLM server on")),
