@@ -35,6 +35,10 @@ class LocalCluster(HostFrontCluster):
         # sequence_jump.py); None for engines without request-chain sequences.
         self.sequence_jump_file: Path | None = (self.log_dir / "sequence-jump.json"
                                                 if spec.engine == "triton" else None)
+        # Replica indices to start together, wave after wave; None: all at
+        # once. Set by the engine's prepare (vLLM replicas sharing a GPU:
+        # engines/vllm/gpus.py start_waves).
+        self.start_waves: list[list[int]] | None = None
 
     # -- lifecycle --------------------------------------------------------
     def start(self) -> "LocalCluster":
@@ -47,9 +51,7 @@ class LocalCluster(HostFrontCluster):
         replicas = [self.engine_adapter.replica(self, i, ports[i * per:(i + 1) * per])
                     for i in range(self.spec.replicas)]
         self.nodes.extend(replicas)
-        # In parallel, except where the engine says which may not start
-        # together (vLLM replicas sharing a GPU: engines/vllm/gpus.py start_waves).
-        waves = getattr(self, "start_waves", None) or [list(range(len(replicas)))]
+        waves = self.start_waves or [list(range(len(replicas)))]
         self.progress(f"starting {len(replicas)} {self.engine} replica(s) on ports "
                       f"{[r.endpoint.port for r in replicas]}"
                       + (f" in {len(waves)} waves" if len(waves) > 1 else "")

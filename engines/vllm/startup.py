@@ -53,18 +53,24 @@ def _line_time(line: str, year: int) -> float | None:
         return None
 
 
+def last_banner(lines: list[str]) -> tuple[int, re.Match[str]] | None:
+    """The index and match of the last start's banner in ``lines``."""
+    for i in range(len(lines) - 1, -1, -1):
+        m = BANNER.match(lines[i])
+        if m:
+            return i, m
+    return None
+
+
 def startup_phases(lines: list[str], ready_wall: float | None = None) -> dict[str, object]:
     """The phases of the last start in ``lines`` (a replica's log): from the
     harness's banner to each milestone vLLM logged, and, given
     ``ready_wall`` (epoch seconds when /health first answered 200), the
     last step to that. A milestone not logged (yet) ends the list, said in
     ``missing``. vLLM logs whole seconds: each phase is +-1 s."""
-    start = None
-    for i in range(len(lines) - 1, -1, -1):
-        m = BANNER.match(lines[i])
-        if m:
-            start = (i, int(m.group(1)), parse_iso(m.group(3)))
-            break
+    found = last_banner(lines)
+    start = None if found is None else (found[0], int(found[1].group(1)),
+                                        parse_iso(found[1].group(3)))
     if start is None or start[2] is None:
         return {"error": "no start banner with a time in the log (older harness or log cut)"}
     index, number, t0 = start
@@ -120,11 +126,8 @@ def failure_reason(lines: list[str]) -> str | None:
     memory; None when no line says so. The first, because vLLM's engine
     states the cause before the API server's own "initialization failed"
     traceback repeats it."""
-    for i in range(len(lines) - 1, -1, -1):
-        if BANNER.match(lines[i]):
-            lines = lines[i + 1:]
-            break
-    for line in lines:
+    found = last_banner(lines)
+    for line in lines[found[0] + 1:] if found else lines:
         if any(p in line for p in OUT_OF_MEMORY):
             return "out of memory: " + _PREFIX.sub("", line.strip())[:400]
     return None
