@@ -11,6 +11,7 @@ from .no_orphans import NoOrphans
 from .no_silent_loss import NoSilentLoss
 from .node_health import CountersMonotonic, HealthTruthful, LeakBound, NodesServeAtEnd
 from .planted import PLANTED, ExcludingPlanted, PlantedDetected, with_planted
+from .replica_errors import ReplicaErrors
 from .settings import CheckerSettings, FaultSLOTargets, SLOTargets
 from .slo import (
                     Availability,
@@ -26,14 +27,15 @@ from .stream_wellformed import StreamWellFormed
 from .usage import UsageMatchesTokens
 
 DEFAULT_CHECKERS = (NoSilentLoss, StreamWellFormed, UsageMatchesTokens, NoDuplicateExecution,
-                    CanaryDeterminism, StreamContinuity,
-                    LatencySLO, Goodput, ErrorRate, Availability, Recovery, RestartReadiness, ScheduleLag,
-                    Failover, FaultSLO, FaultEffective, NoOrphans, HealthTruthful, CountersMonotonic,
-                    LeakBound, NodesServeAtEnd)
+                    ReplicaErrors, CanaryDeterminism, StreamContinuity,
+                    LatencySLO, Goodput, ErrorRate, Availability, Recovery, RestartReadiness,
+                    ScheduleLag, Failover, FaultSLO, FaultEffective, NoOrphans, HealthTruthful,
+                    CountersMonotonic, LeakBound, NodesServeAtEnd)
 
 __all__ = ["Checker", "Result", "RunContext", "merge_valid", "run_checker", "CheckerSettings",
            "SLOTargets", "FaultSLOTargets",
-           "NoSilentLoss", "StreamWellFormed", "UsageMatchesTokens", "NoDuplicateExecution", "CanaryDeterminism",
+           "NoSilentLoss", "StreamWellFormed", "UsageMatchesTokens", "NoDuplicateExecution",
+           "ReplicaErrors", "CanaryDeterminism",
            "StreamContinuity",
            "LatencySLO", "Goodput", "ErrorRate", "Availability", "Recovery",
            "RestartReadiness", "ScheduleLag", "Failover", "FaultSLO", "FaultEffective", "NoOrphans",

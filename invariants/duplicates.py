@@ -24,11 +24,11 @@ journals every few seconds).
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from typing import Any
 
 from ordeal.history.ops import MONITOR, Op
-from ordeal.history.windows import CLOSED, FaultWindows
+from ordeal.history.windows import WindowNear
 
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 
@@ -50,26 +50,12 @@ class NoDuplicateExecution(StreamingChecker):
         self.counts = {"journal_entries": 0, "requests": 0, "completed": 0,
                        "retried": 0, "duplicated": 0, "journal_errors": 0}
         self.duplicates: list[dict[str, Any]] = []
-        self.faults = FaultWindows(keep=0)
-        self.closed: deque[tuple[str, int]] = deque()  # (label, end ns), the recent ones
+        self.windows = WindowNear(JOURNAL_LAG_S)
         self.by_window: dict[str, int] = {}
         self.unplaced = 0  # duplicates in no fault window
 
-    def window_at(self, t_ns: int) -> str | None:
-        """The fault window a duplicate seen at ``t_ns`` belongs to: the
-        latest opened that is still open, else the latest closed within
-        JOURNAL_LAG_S."""
-        lag_ns = int(JOURNAL_LAG_S * 1e9)
-        while self.closed and t_ns - self.closed[0][1] > lag_ns:
-            self.closed.popleft()
-        if self.faults.open:
-            return list(self.faults.open.values())[-1].label
-        return self.closed[-1][0] if self.closed else None
-
     def feed(self, op: Op) -> None:
-        change = self.faults.feed(op)
-        if change is not None and change.what == CLOSED:
-            self.closed.append((change.window.label, op.time_ns))
+        self.windows.feed(op)
         if op.process != MONITOR or op.f != "served":
             return
         if op.error:
@@ -92,7 +78,7 @@ class NoDuplicateExecution(StreamingChecker):
                 self.counts["completed"] += 1
                 if rec[1] == 2:
                     self.counts["duplicated"] += 1
-                    window = self.window_at(op.time_ns)
+                    window = self.windows.at(op.time_ns)
                     if window is None:
                         self.unplaced += 1
                     else:

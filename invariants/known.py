@@ -100,6 +100,7 @@ MAX_BEYOND = MAX_COUNTEREXAMPLES
 #: Every invariant a finding may name: the checkers' and the engines' own.
 INVARIANT_NAMES = frozenset({
     "no_silent_loss", "stream_wellformed", "usage_matches_tokens", "no_duplicate_execution",
+    "replica_errors",
     "canary_determinism", "stream_continuity", "slo_latency", "goodput", "error_rate",
     "availability", "recovery", "restart_readiness", "failover", "fault_slo",
     "fault_effective", "no_orphans", "health_truthful",

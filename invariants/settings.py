@@ -164,6 +164,10 @@ class CheckerSettings:
     #: no_duplicate_execution forgets an id this long after first seeing it: a
     #: retry comes within the request timeout (seconds), and memory stays bounded.
     duplicate_window_s: float = 900.0
+    #: no_orphans: a process of a node whose main process ended, with no
+    #: process_kill announced, may run on this long (the default bound of
+    #: process_kill's own orphan check).
+    orphan_bound_s: float = 10.0
     #: health_truthful calls a 200 with queued work a lie once the token counter
     #: has not moved this long: several monitor samples, while a working
     #: replica moves it many times a second.

@@ -20,6 +20,7 @@ from load.gpu_telemetry import GpuTelemetry
 from load.metrics import MetricsParseError, parse_metrics
 from nodes.process import group_members
 from nodes.waits import http_get, read_within
+from ordeal import procfs
 from ordeal.history.ops import MONITOR
 from ordeal.history.writer import History
 from ordeal.journal import JournalTail, journal_path
@@ -76,6 +77,15 @@ def group_fds_threads(pgid: int | None,
     return (fds, threads) if seen else None
 
 
+def survivors(pgid: int | None) -> list[list[Any]]:
+    """[pid, command line] of the processes still in a node's process group
+    (a local node's group is its main process's pid) after that process
+    ended: an engine whose API server died and did not notice."""
+    if pgid is None:
+        return []
+    return [[pid, procfs.cmdline(pid)[:80]] for pid in group_members(pgid)]
+
+
 def sample_node(node: Any, timeout: float = 2.0,
                 common_metrics: CommonMetrics | None = None) -> dict[str, Any]:
     """One sample of a node. An engine whose health or metrics live elsewhere
@@ -96,6 +106,9 @@ def sample_node(node: Any, timeout: float = 2.0,
         exit_code = getattr(node, "exit_code", None)  # a local node: did its process end?
         if callable(exit_code) and exit_code() is not None:
             value["exit_code"] = exit_code()
+            # Its main process ended: what of its process group runs on
+            # (no_orphans judges those that outlive the orphan bound).
+            value["survivors"] = survivors(getattr(node, "pid", None))
         return value
     try:
         with urllib.request.urlopen(metrics_url, timeout=timeout,

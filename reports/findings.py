@@ -22,6 +22,8 @@ WHAT = {
     "stream_wellformed": "a stream broke the SSE or OpenAI format",
     "usage_matches_tokens": "the tokens billed differ from the tokens delivered",
     "no_duplicate_execution": "a request ran more than once on the servers",
+    "replica_errors": "a replica answered server errors outside any fault window (a router's "
+                      "retries may have hidden them from the clients)",
     "canary_determinism": "the same greedy request got different answers",
     "stream_continuity": "a stream cut by a fault ended as a success with fewer tokens, or "
                          "failed without a cause",

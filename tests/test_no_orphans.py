@@ -186,3 +186,81 @@ def test_windows_itemised_are_bounded_and_every_orphan_is_counted():
     assert r.details["orphans"] == 2 * MAX_WINDOW_ROWS
     assert len(r.details["violations_by_window"]) == MAX_WINDOW_ROWS
     assert len(r.counterexamples) == 5
+
+
+# -- a kill nobody announced: the monitor's samples -----------------------------------
+
+
+def sample(i, t_s, survivors, node="replica-1", pid=100, exit_code=-9):
+    from ordeal.history.ops import MONITOR
+    return Op(i, int(t_s * 1e9), "w", "info", MONITOR, "sample",
+              {"node": node, "pid": pid, "health": None, "exit_code": exit_code,
+               "survivors": survivors}, "/health: ConnectionRefusedError")
+
+
+def test_an_unannounced_orphan_past_the_bound_fails_and_no_known_finding_covers_it():
+    from invariants.known import embedded_file, read_known_findings
+    engine_core = [[4242, "VLLM::EngineCore"]]
+    within = NoOrphans().check([sample(0, 1, engine_core), sample(1, 9, engine_core)], CTX)
+    assert within.valid is True  # 8 s after the exit: inside the 10 s bound
+    past = NoOrphans().check([sample(0, 1, engine_core), sample(1, 12, engine_core),
+                              sample(2, 14, engine_core)], CTX)
+    assert past.valid is False and past.details["unannounced_orphans"] == 1  # counted once
+    [ex] = past.counterexamples
+    assert ex["index"] == 1 and ex["window"] is None
+    assert "pid 4242 (VLLM::EngineCore) of replica-1 still ran 11.0s after its main " \
+           "process ended (exit -9) with no fault announced" in ex["problem"]
+    gone = NoOrphans().check([sample(0, 1, engine_core), sample(1, 12, [])], CTX)
+    assert gone.valid is True
+    # The shipped file's no_orphans finding (announced api_server kills) does not cover it.
+    known = read_known_findings(embedded_file(["vllm-0.32.0-x", "vllm-router-0.1.17"]))
+    inv = past.to_dict()
+    known.apply([inv], [])
+    assert not inv.get("known")
+
+
+def test_survivors_inside_an_announced_kill_are_left_to_its_heal():
+    ops = history({"scope": "api_server", "orphan_bound_s": 10, "orphans": []})
+    heal_end = ops.pop()  # the window stays open while the samples come
+    ops += [sample(len(ops), 5, [[4242, "VLLM::EngineCore"]]),
+            sample(len(ops) + 1, 20, [[4242, "VLLM::EngineCore"]])]
+    heal_end = Op(len(ops), 21 * 10**9, heal_end.wall, "info", NEMESIS, "heal", heal_end.value)
+    r = NoOrphans().check(ops + [heal_end], CTX)
+    assert r.valid is True and r.details["unannounced_orphans"] == 0, r.details
+
+
+def test_the_monitor_names_what_of_a_dead_node_s_group_runs_on(tmp_path):
+    """Real processes: the leader of a node's group SIGKILLed behind the
+    harness's back (no fault), its child (EngineCore's shape: same group,
+    no environment of its own) lives on; the monitor's sample says the node
+    exited and names the child, and no_orphans fails on it."""
+    from load.monitor import sample_node
+    from ordeal.history.ops import MONITOR
+    port = free_ports(1)[0]
+    proc = ManagedProcess("blank", [sys.executable, "-c", BLANK, str(port)],
+                          dict(os.environ), tmp_path / "blank.log", "orphan-test")
+    node = LocalNode("replica-1", "replica", Endpoint("127.0.0.1", port), proc, hint="")
+    node.start()
+    members = []
+    try:
+        node.wait_ready(30)
+        members = node_members(node)
+        [child] = [m for m in members if m.pid != node.pid]
+        alive = sample_node(node)
+        assert alive["health"] == 200 and "survivors" not in alive
+        os.kill(node.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while node.is_running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        dead = sample_node(node)
+        assert dead["exit_code"] == -signal.SIGKILL
+        assert [pid for pid, _ in dead["survivors"]] == [child.pid], dead
+        ops = [Op(i, int(t * 1e9), "w", "info", MONITOR, "sample", dead, dead.get("error"))
+               for i, t in enumerate((1, 12))]
+        r = NoOrphans().check(ops, CTX)
+        assert r.valid is False and r.counterexamples[0]["pid"] == child.pid
+    finally:
+        node.stop(grace=2)
+        for m in members:  # the orphan: ours, by pid and start time
+            if is_same(m):
+                os.kill(m.pid, signal.SIGKILL)

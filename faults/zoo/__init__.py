@@ -13,8 +13,10 @@ from . import (
     decode_stall,
     greedy_diverges,
     health_while_engine_hung,
+    html_5xx_hidden_by_retries,
     hung_backend_in_rotation,
     memory_leak,
+    orphans_after_api_server_kill,
     request_runs_twice,
     stream_cut_without_done,
     truncation_looks_complete,
@@ -25,16 +27,12 @@ from .base import Plant, Shape, ZooCluster
 
 MODULES = (health_while_engine_hung, hung_backend_in_rotation, stream_cut_without_done,
            truncation_looks_complete, greedy_diverges, wrong_model_text, usage_mismatch,
-           decode_stall, request_runs_twice, memory_leak)
+           decode_stall, request_runs_twice, memory_leak, html_5xx_hidden_by_retries,
+           orphans_after_api_server_kill)
 SHAPES: dict[str, Shape] = {m.SHAPE.name: m.SHAPE for m in MODULES}
 
 #: Shapes of issue 40 not planted yet, with what planting each needs; the
-#: zoo's table lists them as not measured (never as caught).
-PENDING: dict[str, str] = {
-    "html_5xx_hidden_by_retries": "a replica answering HTML 503 pages that the router's "
-        "retries hide; needs the router's retry counters or the replicas' journals judged",
-    "orphans_after_api_server_kill": "a SIGKILL of the API server alone, unannounced; "
-        "no_orphans judges only after a kill it was told of",
-}
+#: zoo's table lists them as not measured (never as caught). None today.
+PENDING: dict[str, str] = {}
 
 __all__ = ["SHAPES", "PENDING", "Shape", "Plant", "ZooCluster"]

@@ -13,11 +13,13 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ContextManager, Protocol
 
 from ordeal import procfs
 from ordeal.topology import Link, Node
 
+from ..base import FaultError
 from ..node_processes import scope_pids
 from ..proxy.client import ProxyClient
 
@@ -44,6 +46,17 @@ class Shape:
     caught_by: tuple[str, ...]  # the invariants whose failure counts as caught
     how: str  # how it is planted, in one line (for the table)
     plant: Plant
+
+
+def local_log_dir(node: Node, shape: str) -> Path:
+    """The directory of a replica's log, where Ordeal's middleware inside it
+    looks for what a shape planted (ordeal/planted.py); FaultError for a
+    node Ordeal did not start on this machine."""
+    log_path = getattr(getattr(node, "process", None), "log_path", None)
+    if log_path is None:
+        raise FaultError(f"zoo {shape}: {node.name} is not a process Ordeal started on this "
+                         "machine (the shape is planted through Ordeal's own middleware)")
+    return Path(log_path).parent
 
 
 @contextlib.contextmanager

@@ -24,9 +24,8 @@ from typing import Any
 from ordeal import procfs
 from ordeal.planted import leak_path
 
-from ..base import FaultError
 from ..node_processes import scope_pids
-from .base import Shape, ZooCluster
+from .base import Shape, ZooCluster, local_log_dir
 
 SOURCES = ("vllm-project/vllm#15597", "QwenLM/Qwen2.5-Omni#351", "sgl-project/sglang#9365")
 #: Kept per request: at the zoo's 8 requests/s this is about 30 MiB/s, past
@@ -43,13 +42,9 @@ def _rss_mb(pid: int) -> float:
 @contextlib.contextmanager
 def plant(cluster: ZooCluster) -> Iterator[dict[str, Any]]:
     node = cluster.replicas()[-1]
-    process = getattr(node, "process", None)
-    log_path = getattr(process, "log_path", None)
-    if log_path is None:
-        raise FaultError(f"zoo memory_leak: {node.name} is not a process Ordeal started on "
-                         "this machine (the leak is planted through Ordeal's own middleware)")
+    log_dir = local_log_dir(node, "memory_leak")
     [api] = scope_pids(node, "api_server", "zoo memory_leak")
-    path = leak_path(log_path.parent, node.name)
+    path = leak_path(log_dir, node.name)
     evidence: dict[str, Any] = {"node": node.name, "pid": api, "per_request_bytes": PER_REQUEST,
                                 "rss_mb_before": round(_rss_mb(api)), "hits": 0}
     path.write_text(str(PER_REQUEST))

@@ -22,6 +22,7 @@ reads a whole history the same way.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, NamedTuple
 
@@ -145,6 +146,34 @@ class FaultWindows:
             w.end_ns, w.end_wall, w.ended_by_gap = op.time_ns, op.wall, True
         self.open.clear()
         self.last_healed = None  # the gap itself is no recovery window
+
+
+class WindowNear:
+    """The fault window an observation read late belongs to: the latest
+    opened that is still open, else the latest closed at most ``lag_s``
+    before. The replicas' served journals reach the history only when the
+    monitor reads them (every few seconds), so what a replica did inside a
+    window may be read just after it closed. ``feed`` every op in history
+    order (it returns FaultWindows.feed's Change); memory: the windows
+    closed within the lag."""
+
+    def __init__(self, lag_s: float):
+        self.faults = FaultWindows(keep=0)
+        self.lag_ns = int(lag_s * 1e9)
+        self.closed: deque[tuple[str, int]] = deque()  # (label, end ns), the recent ones
+
+    def feed(self, op: Op) -> Change | None:
+        change = self.faults.feed(op)
+        if change is not None and change.what == CLOSED:
+            self.closed.append((change.window.label, op.time_ns))
+        return change
+
+    def at(self, t_ns: int) -> str | None:
+        while self.closed and t_ns - self.closed[0][1] > self.lag_ns:
+            self.closed.popleft()
+        if self.faults.open:
+            return list(self.faults.open.values())[-1].label
+        return self.closed[-1][0] if self.closed else None
 
 
 def fault_windows(ops: Iterable[Op], gaps: bool = True) -> list[Window]:
