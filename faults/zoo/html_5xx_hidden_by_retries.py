@@ -13,7 +13,10 @@ Planted inside the last replica's API server through Ordeal's own
 middleware (ordeal/planted.py): while the plant holds, every POST to
 ``/v1/`` is answered 503 with an HTML page, without running it; /health
 and /metrics answer as before. Nothing is announced: ``replica_errors``
-must see it from the replicas' served journals."""
+must see it from the replicas' served journals. Measured with vllm-router
+0.1.17: each 503 was retried on the other replica, and the router's circuit
+breaker opened for the failing one after about 13 answers (then a probe
+every 5 s): the clients saw no error at all, and no other invariant failed."""
 
 from __future__ import annotations
 
