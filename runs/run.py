@@ -45,6 +45,7 @@ from reports.findings import findings_of
 from reports.html import render_report
 from reports.run_dir import RunDir
 from reports.summary import build_summary, not_judgeable
+from runs.disk_plan import SAY_FROM_BYTES, plan_disk, require_disk
 from runs.floors import TrafficCount, judge_floors
 
 
@@ -276,6 +277,13 @@ class OrdealRun:
             spec = self.workload_file.spec(**{f.name: getattr(spec, f.name)
                                               for f in dataclasses.fields(spec)})
         self.workload = spec
+        # What the load will write, before it starts: refused with what to
+        # change when the disk cannot hold it twice (runs/disk_plan.py).
+        disk = plan_disk(spec, len(getattr(self.cluster, "nodes", ())), self.run_dir.path)
+        self.summary_extra["disk_plan"] = disk.to_dict()
+        if disk.need_bytes >= SAY_FROM_BYTES or not disk.enough:
+            self.progress(disk.line())
+        require_disk(disk)
         self.router_grace_s = router_grace_s
         if not self.schedule:  # a resumed run keeps the whole run's schedule
             self.schedule = [s.to_dict() for s in schedule]

@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import subprocess
+import threading
 import uuid
 from pathlib import Path
 
@@ -70,15 +72,28 @@ def test_history_on_a_full_disk_names_the_op_and_keeps_what_was_written(tmp_path
 def test_a_run_whose_disk_fills_stops_heals_and_says_why(ordeal_cluster, ordeal_say, tmp_path):
     link = ordeal_cluster.link("client-router")
     proxy = ProxyClient(link.control)
-    with small_disk(tmp_path, 400) as disk:
+    # The disk holds twice the load's planned size (runs/disk_plan.py lets it
+    # start); 3 s in, another writer takes all but 64 KB of it.
+    with small_disk(tmp_path, 4096) as disk:
         run = OrdealRun(RunDir.create(disk, "disk-full"), "disk-full", ordeal_cluster,
                         ordeal_say)
         [fault] = build_faults("network_latency", "client-router", ordeal_cluster, run.run_id,
                                Ledger(), random.Random(0), {"latency_ms": 50})
         spec = WorkloadSpec(duration_s=120.0, rate=8.0, seed=3, max_tokens=(16, 32))
-        with pytest.raises(HistoryWriteError, match="cannot write op") as e:
-            run.load(spec, faults=[PlannedFault(fault, after_s=2.0, hold_s=100.0)],
-                     max_s=150)
+
+        def fill() -> None:
+            with open(disk / "another-writer", "wb") as f:
+                os.posix_fallocate(f.fileno(), 0, shutil.disk_usage(disk).free - (64 << 10))
+        filler = threading.Timer(3.0, fill)
+        filler.start()
+        try:
+            with pytest.raises(HistoryWriteError, match="cannot write op") as e:
+                run.load(spec, faults=[PlannedFault(fault, after_s=2.0, hold_s=100.0)],
+                         max_s=150)
+        finally:
+            filler.cancel()
+            filler.join()
+        assert run.summary_extra["disk_plan"]["enough"] is True
         ordeal_say(f"disk full: {e.value}")
         # Healed at once, not at the end of its 100 s hold: no toxic is left.
         assert proxy.toxics(link.name) == []

@@ -44,6 +44,12 @@ def test_real_traffic_is_recorded_and_judged_valid(ordeal_cluster, tmp_path):
     asyncio.run(WorkloadRunner(spec, ordeal_cluster.entrypoint.url, h).run())
     h.close()
     history = list(read_history(tmp_path / "h.jsonl"))
+    # The disk plan's bytes per request (runs/disk_plan.py, no monitor here)
+    # against what these real answers wrote.
+    from runs.disk_plan import plan_disk
+    estimate = plan_disk(spec, nodes=0, run_dir=tmp_path).history_bytes
+    actual = (tmp_path / "h.jsonl").stat().st_size
+    assert 0.5 < actual / estimate < 2, (actual, estimate)
     # The router forwarded each request id, and each replica's served journal
     # saw exactly the requests the client says it served, once, complete.
     served = {}
