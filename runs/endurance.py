@@ -506,6 +506,9 @@ class Judge:
         if self.trace and not tracemalloc.is_tracing():
             tracemalloc.start(4)
         self._trace_base: tracemalloc.Snapshot | None = None
+        #: Called with the interim results each time interim.json is written
+        #: (the run's live metrics, runs/live_metrics.py).
+        self.on_interim: Callable[[list[Result]], None] | None = None
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="ordeal-judge", daemon=True)
 
@@ -648,6 +651,9 @@ class Judge:
 
     def write_interim(self) -> None:
         self.sample_rss()
+        results = self.results()
+        if self.on_interim is not None:
+            self.on_interim(results)
         write_json_atomic(self.run_dir / INTERIM_NAME, {
             "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "elapsed_s": round(self.elapsed_s(), 1), "run_s": self.plan.run_s,
@@ -655,7 +661,7 @@ class Judge:
             "active_faults": [[w.kind, w.target] for w in self.faults.open.values()],
             "kinds_exercised": dict(self.exercised), "stop_reason": self.stop_reason,
             "harness_rss_mb": self.rss[-20:], "history_damage": self.damage,
-            "invariants": [r.to_dict() for r in self.results()],
+            "invariants": [r.to_dict() for r in results],
             "threads": threading.active_count(), "heap": self.heap,
             **(self.trace_report() if self.trace else {})})
 
@@ -843,6 +849,12 @@ def run_endurance(run: Any, state: EnduranceState, say: Callable[[str], None],
     ctx = checker_context(run.run_id, run.checker_settings, run.cluster)
     judge = Judge(run.run_dir.history_path, run.run_dir.path, plan, ctx, say,
                   live_from_index=first_index, position_s=position_s, checkers=make())
+
+    def interim_to_metrics(results: list[Result]) -> None:
+        live = getattr(run, "live_metrics", None)  # started by run.load (--metrics-port)
+        if live is not None:
+            live.set_invariants(results)
+    judge.on_interim = interim_to_metrics
     judge.start()
     remaining = max(1.0, plan.run_s - position_s)
     spec = WorkloadSpec(duration_s=remaining, rate=plan.rate, seed=plan.seed + segment)

@@ -47,6 +47,7 @@ from reports.run_dir import RunDir
 from reports.summary import build_summary, not_judgeable
 from runs.disk_plan import SAY_FROM_BYTES, plan_disk, require_disk
 from runs.floors import TrafficCount, judge_floors
+from runs.live_metrics import LiveMetrics
 
 
 @dataclasses.dataclass
@@ -223,6 +224,11 @@ class OrdealRun:
         self.load_launcher: Any = None  # load.workers.WorkerLauncher; None: this host
         # --load-loop: the load's event loop (load/event_loop.py).
         self.load_loop = "auto"
+        # --metrics-port/--metrics-host: OpenMetrics of the run while it goes
+        # (runs/live_metrics.py), from the load's start to finish().
+        self.metrics_port: int | None = None
+        self.metrics_host = "127.0.0.1"
+        self.live_metrics: LiveMetrics | None = None
         self.schedule: list[dict[str, Any]] = []
         self.summary_extra: dict[str, Any] = {}  # keys a suite adds to summary.json
         # The traffic floors of the last check (runs/floors.py), in summary.json.
@@ -284,6 +290,12 @@ class OrdealRun:
         if disk.need_bytes >= SAY_FROM_BYTES or not disk.enough:
             self.progress(disk.line())
         require_disk(disk)
+        if self.metrics_port is not None and self.live_metrics is None:
+            self.live_metrics = LiveMetrics(self.run_dir.history_path, self.run_id, self.suite)
+            host, port = self.live_metrics.start(self.metrics_port, self.metrics_host)
+            self.summary_extra["metrics_endpoint"] = f"http://{host}:{port}/metrics"
+            self.progress(f"metrics: http://{host}:{port}/metrics (OpenMetrics of this run, "
+                          "until it ends)")
         self.router_grace_s = router_grace_s
         if not self.schedule:  # a resumed run keeps the whole run's schedule
             self.schedule = [s.to_dict() for s in schedule]
@@ -491,6 +503,9 @@ class OrdealRun:
             floor, self.floors = judge_floors(self.workload, traffic,
                                               ctx.settings.slo.max_error_rate)
             self.results.append(floor)
+        if self.live_metrics is not None:
+            self.live_metrics.read_new()
+            self.live_metrics.set_invariants(self.results)
         return self.results
 
     def _engine_consistency(self, counts: ClientCounts) -> Result:
@@ -514,6 +529,8 @@ class OrdealRun:
             self.errors.append(self.stop_reason)
         if error:
             self.errors.append(error)
+        if self.live_metrics is not None:
+            self.live_metrics.close()
         self.history.close()
         invariants = [r.to_dict() for r in self.results]
         faults = [w.to_dict() for w in self.windows]
