@@ -18,9 +18,10 @@ sample that saw the main process gone is an orphan too (``unannounced``),
 unless a ``process_kill`` window on that node is open (its heal judges it).
 These are in no fault window, so no known finding covers them.
 
-Not judged, and counted: a kill whose inject failed, and a heal that recorded
+Not judged, and counted: a kill whose inject failed; and a heal that recorded
 no orphan check (a crashed harness's heal-all, a history from before the
-check, a kill without ``restart`` whose heal failed). The Ray node faults
+check, a heal that failed before it), which makes the result "unknown" when
+nothing failed: no kill goes unjudged as true. The Ray node faults
 end the engines Ray orphans as part of their heal (``orphans_ended``); that
 is Ray's behaviour on a lost node, shown in their heal and not judged here.
 
@@ -138,4 +139,10 @@ class NoOrphans(StreamingChecker):
                                    "violations_by_window": dict(self.by_window),
                                    "measured_by_window": dict(self.measured),
                                    "orphan_bound_s": self.bound_ns / 1e9}
-        return Result(self.name, not violations, details, list(self.examples))
+        # A kill whose heal recorded no orphan check was not judged: "unknown"
+        # unless an orphan was found elsewhere (never true for what nobody saw).
+        valid: bool | str = False if violations else ("unknown" if c["not_checked"] else True)
+        if valid == "unknown":
+            details["why"] = (f"{c['not_checked']} kill(s) healed with no orphan check (a "
+                              "crashed harness's heal-all, or a heal that failed first)")
+        return Result(self.name, valid, details, list(self.examples))

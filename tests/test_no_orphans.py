@@ -64,7 +64,12 @@ def test_an_orphan_is_a_violation_with_its_pid_name_and_age():
 
 def test_heals_without_an_orphan_check_are_counted_not_judged():
     r = NoOrphans().check(history({"restarted": True}, {"kind": "process_pause"}), CTX)
-    assert r.valid is True and r.details["kills"] == 1 and r.details["not_checked"] == 1
+    assert r.valid == "unknown" and r.details["kills"] == 1 and r.details["not_checked"] == 1
+    assert "no orphan check" in r.details["why"]
+    checked = {"scope": "node", "orphan_bound_s": 10, "orphans": []}
+    both = NoOrphans().check(history({"restarted": True}, checked), CTX)
+    assert both.valid == "unknown"  # one kill judged does not speak for the other
+    assert NoOrphans().check(history(dict(checked)), CTX).valid is True
 
 
 # -- the kill's orphan check, on real processes ------------------------------------
