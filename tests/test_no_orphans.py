@@ -7,6 +7,7 @@ is in suites/faults/test_process_kill.py (scopes api_server, engine_core)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -142,21 +143,34 @@ http.server.HTTPServer(("127.0.0.1", port), Ok).serve_forever()
 """
 
 
-def test_a_member_without_a_label_of_its_own_that_outlives_its_leader_is_an_orphan(tmp_path):
-    """CI, 2026-12-03: an EngineCore outlived its SIGKILLed API server for 46
-    minutes; the orphan check read its label as None once the leader was
-    gone, took it for another process, and neither it nor any teardown
-    ended it."""
+@contextlib.contextmanager
+def blank_node(tmp_path, name="blank"):
+    """A node running BLANK, ready, with its one child; whatever of it is
+    left at the end is ended, by pid and start time."""
     port = free_ports(1)[0]
     proc = ManagedProcess("blank", [sys.executable, "-c", BLANK, str(port)],
                           dict(os.environ), tmp_path / "blank.log", "orphan-test")
-    node = LocalNode("blank", "replica", Endpoint("127.0.0.1", port), proc, hint="")
+    node = LocalNode(name, "replica", Endpoint("127.0.0.1", port), proc, hint="")
     node.start()
     members = []
     try:
         node.wait_ready(30)
         members = node_members(node)
         [child] = [m for m in members if m.pid != node.pid]
+        yield node, child
+    finally:
+        node.stop(grace=2)
+        for m in members:  # a failed test's child: ours, by pid and start time
+            if is_same(m):
+                os.kill(m.pid, signal.SIGKILL)
+
+
+def test_a_member_without_a_label_of_its_own_that_outlives_its_leader_is_an_orphan(tmp_path):
+    """CI, 2026-12-03: an EngineCore outlived its SIGKILLed API server for 46
+    minutes; the orphan check read its label as None once the leader was
+    gone, took it for another process, and neither it nor any teardown
+    ended it."""
+    with blank_node(tmp_path) as (node, child):
         assert child.pgid == node.pid and child.label == "orphan-test", child
         fault = ProcessKill(node, "orphan-test", Ledger(tmp_path / "ledger"), restart=False,
                             scope="api_server", orphan_bound_s=1.0)
@@ -165,11 +179,6 @@ def test_a_member_without_a_label_of_its_own_that_outlives_its_leader_is_an_orph
         assert [o["pid"] for o in healed["orphans"]] == [child.pid], healed
         assert healed["orphans_ended"] == [child.pid]
         assert not is_same(child)
-    finally:
-        node.stop(grace=2)
-        for m in members:  # a failed test's child: ours, by pid and start time
-            if is_same(m):
-                os.kill(m.pid, signal.SIGKILL)
 
 
 def test_scopes_are_checked_before_anything_changes(escaping_node, tmp_path):
@@ -241,16 +250,7 @@ def test_the_monitor_names_what_of_a_dead_node_s_group_runs_on(tmp_path):
     exited and names the child, and no_orphans fails on it."""
     from load.monitor import sample_node
     from ordeal.history.ops import MONITOR
-    port = free_ports(1)[0]
-    proc = ManagedProcess("blank", [sys.executable, "-c", BLANK, str(port)],
-                          dict(os.environ), tmp_path / "blank.log", "orphan-test")
-    node = LocalNode("replica-1", "replica", Endpoint("127.0.0.1", port), proc, hint="")
-    node.start()
-    members = []
-    try:
-        node.wait_ready(30)
-        members = node_members(node)
-        [child] = [m for m in members if m.pid != node.pid]
+    with blank_node(tmp_path, "replica-1") as (node, child):
         alive = sample_node(node)
         assert alive["health"] == 200 and "survivors" not in alive
         os.kill(node.pid, signal.SIGKILL)
@@ -264,8 +264,3 @@ def test_the_monitor_names_what_of_a_dead_node_s_group_runs_on(tmp_path):
                for i, t in enumerate((1, 12))]
         r = NoOrphans().check(ops, CTX)
         assert r.valid is False and r.counterexamples[0]["pid"] == child.pid
-    finally:
-        node.stop(grace=2)
-        for m in members:  # the orphan: ours, by pid and start time
-            if is_same(m):
-                os.kill(m.pid, signal.SIGKILL)
