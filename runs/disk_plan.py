@@ -138,8 +138,8 @@ def require_disk(plan: DiskPlan) -> None:
 
 
 def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit in ("B", "KB") else f"{n:.1f} {unit}"
+    for unit in ("B", "KB", "MB"):
+        if n < 1024:
+            return f"{n:.1f} MB" if unit == "MB" else f"{n:.0f} {unit}"
         n /= 1024
     return f"{n:.1f} GB"

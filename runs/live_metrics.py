@@ -33,7 +33,6 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
                    120.0)
 #: How often the history is read (its writer seals a chunk every 0.5 s).
 READ_EVERY_S = 1.0
-VALID = {True: 1.0, False: 0.0}  # anything else ("unknown"): -1
 
 
 class LiveMetrics:
@@ -107,8 +106,8 @@ class LiveMetrics:
         for res in results:
             name = res["name"] if isinstance(res, dict) else res.name
             valid = res["valid"] if isinstance(res, dict) else res.valid
-            self.invariants.labels(name).set(VALID.get(valid, -1.0) if isinstance(valid, bool)
-                                             else -1.0)
+            self.invariants.labels(name).set(1.0 if valid is True else
+                                             0.0 if valid is False else -1.0)
 
     def read_new(self, final: bool = False) -> int:
         """Feed what the history sealed since the last read (``final``: its
