@@ -158,6 +158,13 @@ def node_journal(node: Any) -> Path | None:
     return journal_path(directory, node.name)
 
 
+def _busy(metrics: dict[str, Any]) -> bool:
+    """vLLM's gauges say a request is still in the engine or its KV cache
+    is still held (the drained state ``leak_bound`` judges)."""
+    left = metrics.get("vllm:num_requests_running", 0) + metrics.get("vllm:num_requests_waiting", 0)
+    return left > 0 or metrics.get("vllm:kv_cache_usage_perc", 0.0) > 0.01
+
+
 class Monitor:
     """Samples nodes (and, on a machine with NVIDIA GPUs, every GPU through
     NVML: ops f "gpu", one per GPU and round) into the history. ``gpu``: a
@@ -205,6 +212,27 @@ class Monitor:
                 self.history.append("info", MONITOR, "process", value)
         self.read_journals()
         await self.sample_gpus(f)
+
+    async def wait_quiet(self, max_s: float, every_s: float = 0.25) -> float:
+        """Wait, at most ``max_s``, until no node has a request running or
+        waiting and none holds KV cache (what ``leak_bound`` judges in the
+        drain round), asking their metrics every ``every_s`` without writing
+        anything; returns the seconds waited. The drain round comes after it
+        either way: a node still busy at ``max_s`` is judged as it is, as it
+        was after the fixed wait this replaces. A node whose metrics do not
+        say (another engine, no /metrics, down) does not hold the wait."""
+        t0 = time.monotonic()
+        while True:
+            busy = False
+            for node in self.nodes:
+                value = await asyncio.to_thread(sample_node, node, 2.0, None)
+                if _busy(value.get("metrics") or {}):
+                    busy = True
+                    break
+            waited = time.monotonic() - t0
+            if not busy or waited + every_s > max_s:
+                return waited
+            await asyncio.sleep(every_s)
 
     async def sample_gpus(self, f: str = "sample") -> None:
         """One op per GPU (``phase`` is the round's kind: sample or drain).

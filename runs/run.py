@@ -218,7 +218,7 @@ class OrdealRun:
         # The settings check() was given instead, if any: summary.json
         # "settings" says what the run was judged with.
         self.judged_settings: CheckerSettings | None = None
-        self.drain_s = 3.0  # wait after the load before the drained sample
+        self.drain_s = 3.0  # most wait after the load for idle engines, then the drained sample
         # --load-workers: the load in this many processes (load/workers.py).
         self.load_workers = 1
         self.load_launcher: Any = None  # load.workers.WorkerLauncher; None: this host
@@ -443,9 +443,12 @@ class OrdealRun:
             for t in others:
                 t.cancel()
             await asyncio.gather(sampling, *others, return_exceptions=True)
-            # The drained state: what the leak checker compares to baseline.
-            await asyncio.sleep(self.drain_s)
+            # The drained state: what the leak checker compares to baseline,
+            # once the engines say they are idle (at most drain_s).
             if runner.history_failure is None:
+                waited = await monitor.wait_quiet(self.drain_s)
+                self.summary_extra["drain"] = {"waited_s": round(waited, 2),
+                                               "max_s": self.drain_s}
                 await monitor.sample_all("drain")
         if gone:
             raise RouterGone(gone[0])

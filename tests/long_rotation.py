@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +75,68 @@ def rotation_of(markexpr: str) -> Rotation:
 STEPS = {"docker-smoke": 0, "triton-smoke": 1}
 
 
+#: The per-kind fault suites (CI's ``pytest suites/faults -m faults``) rotate
+#: the same way in CI: each test below runs in its slot (650 s for all; a
+#: slot's share evens out the slots' other long tests: slot 1 has the most). Every CI still sees each kind's effect and
+#: heal on a real vLLM replica in ``pytest tests/``: FAULT_SUITES_COVERED_BY
+#: names where. A suite test not listed runs in every slot, so a new one is
+#: never left out; users' own ``pytest suites/faults -m faults`` runs them all.
+FAULT_SUITES = {
+    "suites/faults/test_process_kill.py::test_killed_replica_is_gone_then_restarted_and_serving": 0,
+    "suites/faults/test_process_kill.py::test_one_process_killed_alone_takes_its_node_down_and_"
+    "leaves_no_orphan": 0,
+    "suites/faults/test_network_latency.py": 0,
+    "suites/faults/test_network_partition.py": 0,
+    "suites/faults/test_packet_loss.py": 0,
+    "suites/faults/test_http_fault.py": 1,
+    "suites/faults/test_lsn_jump.py": 1,
+    "suites/faults/test_connection_reset.py": 1,
+    "suites/faults/test_process_kill.py::test_long_streams_cut_by_a_kill_end_with_their_cause": 2,
+    "suites/faults/test_gpu_memory_pressure.py": 2,
+    "suites/faults/test_bandwidth_limit.py": 2,
+    "suites/faults/test_gpu_throttle.py": 2,
+    "suites/faults/test_clock_drift.py": 2,
+    "suites/faults/test_process_pause.py": 2,
+}
+
+#: Where ``pytest tests/`` observes each rotated kind's effect and heal on a
+#: real replica in every CI (``tests/test_long_rotation.py`` checks that each
+#: rotated file's kind is here).
+FAULT_SUITES_COVERED_BY = {
+    "process_kill": "tests/test_real_cluster.py::test_process_kill_is_seen_and_its_heal_is_seen",
+    "network_latency": "tests/test_link_faults.py::test_network_latency_is_seen_by_a_probe_and_"
+                       "healed",
+    "network_partition": "tests/test_kernel_faults.py::test_partition_cuts_a_real_replica_and_the_"
+                         "heal_restores_it",
+    "packet_loss": "tests/test_kernel_faults.py::test_packet_loss_drops_packets_and_requests_still_"
+                   "succeed_slower",
+    "http_fault": "tests/test_link_faults.py::test_http_faults_are_classified_and_healed",
+    "lsn_jump": "tests/test_link_faults.py::test_lsn_jump_drop_duplicate_reorder_are_caught_and_"
+                "healed",
+    "connection_reset": "tests/test_link_faults.py::test_connection_reset_is_seen_by_the_client_"
+                        "and_healed",
+    "gpu_memory_pressure": "tests/test_host_faults.py::test_gpu_memory_pressure_cpu_analog_holds_"
+                           "memory_and_heal_releases_it",
+    "bandwidth_limit": "tests/test_link_faults.py::test_bandwidth_limit_slows_a_transfer_and_heals",
+    "gpu_throttle": "tests/test_host_faults.py::test_gpu_throttle_cpu_quota_drops_throughput_and_"
+                    "heal_restores_it",
+    "clock_drift": "tests/test_host_faults.py::test_clock_drift_runs_fast_from_the_injection_and_"
+                   "heal_stops_it",
+    "process_pause": "tests/test_kernel_faults.py::test_process_pause_stops_every_process_and_the_"
+                     "heal_resumes_them",
+}
+
+
+def fault_suite_args(rotation: Rotation) -> list[str]:
+    """pytest's arguments for CI's fault-suite step: the whole folder, less
+    (``--deselect``, a node id prefix) what is not this rotation's."""
+    args = ["suites/faults"]
+    for nodeid, slot in FAULT_SUITES.items():
+        if not rotation.full(slot):
+            args += ["--deselect", nodeid]
+    return args
+
+
 def step_runs(name: str, rotation: Rotation) -> bool:
     if name not in STEPS:
         raise ValueError(f"no rotating CI step {name!r}; steps: {sorted(STEPS)}")
@@ -82,9 +145,28 @@ def step_runs(name: str, rotation: Rotation) -> bool:
 
 def main(argv: list[str]) -> int:
     """``step NAME``: exit 0 when CI's step NAME runs in this rotation, 1
-    when not; one line says which and why (for ``.ci/run``)."""
+    when not; one line says which and why (for ``.ci/run``). ``faults``:
+    pytest's arguments for the fault-suite step, one per line on stdout,
+    and on stderr which run and what covers the others."""
+    if argv == ["faults"]:
+        try:
+            rotation = rotation_of("")
+        except ValueError as e:
+            print(f"long_rotation: {e}", file=sys.stderr)
+            return 2
+        args = fault_suite_args(rotation)
+        left = [a for a in args[1:] if a != "--deselect"]
+        print(f"fault suites ({rotation.why}): {len(FAULT_SUITES) - len(left)} of the "
+              f"{len(FAULT_SUITES)} rotated run, and every suite not listed in "
+              "tests/long_rotation.py FAULT_SUITES; each kind's effect and heal is seen in "
+              "tests/ meanwhile (FAULT_SUITES_COVERED_BY)", file=sys.stderr)
+        for nodeid in left:
+            print(f"  not this time: {nodeid}", file=sys.stderr)
+        print("\n".join(args))
+        return 0
     if len(argv) != 2 or argv[0] != "step":
-        print(f"usage: python tests/long_rotation.py step {{{','.join(sorted(STEPS))}}}")
+        print(f"usage: python tests/long_rotation.py step {{{','.join(sorted(STEPS))}}}"
+              " | faults")
         return 2
     try:
         rotation = rotation_of("")
@@ -99,6 +181,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main(sys.argv[1:]))

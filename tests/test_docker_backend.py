@@ -315,6 +315,9 @@ time.sleep(600)
 """
 
 
+@pytest.mark.long(slot=1, covered_by="the SIGKILLed harnesses of tests/test_kernel_faults.py, "
+                  "test_link_faults.py, test_host_faults.py and test_ray_backend.py, healed "
+                  "by heal_all; this module's container labels and heals")
 def test_a_sigkilled_harness_leaves_nothing_after_heal_all(tmp_path):
     run = f"dockercrash{uuid.uuid4().hex[:6]}"
     env = {**os.environ, "ORDEAL_STATE_DIR": os.environ["ORDEAL_STATE_DIR"],

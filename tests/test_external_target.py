@@ -519,6 +519,9 @@ def test_l7_kinds_are_refused_on_a_tls_entrypoint(tmp_path):
 
 @pytest.mark.cluster
 @pytest.mark.timeout(400)
+@pytest.mark.long(slot=0, covered_by="named victims and --require-judged on planted histories "
+                  "(tests/test_failover.py, test_fault_slo.py, test_verdict_honest.py); "
+                  "the external smoke (slot 2)")
 def test_a_replica_header_lets_failover_be_judged_and_required(ordeal_cluster, tmp_path,
                                                                 ordeal_say, installed_ordeal):
     """The session's cluster, reached as an external target whose file

@@ -57,3 +57,52 @@ def test_ci_s_rotating_steps_follow_the_same_slot_and_say_so(tmp_path):
     bad = subprocess.run([sys.executable, str(script), "step", "nope"], capture_output=True,
                          text=True, cwd=tmp_path)
     assert bad.returncode == 2 and "no rotating CI step" in bad.stdout
+
+
+def test_ci_s_fault_suites_rotate_and_each_rotated_kind_is_seen_in_tests_meanwhile(tmp_path):
+    """``python tests/long_rotation.py faults`` prints the fault-suite
+    step's arguments: every slot deselects exactly the others' tests, every
+    listed test exists (a renamed one would run in every slot unnoticed), and
+    each rotated kind names a test in tests/ that exists, so the kind's
+    effect and heal are still seen in every CI."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from long_rotation import (
+        FAULT_SUITES,
+        FAULT_SUITES_COVERED_BY,
+        REPO,
+        Rotation,
+        fault_suite_args,
+    )
+
+    def defined(nodeid: str) -> bool:
+        path, _, name = nodeid.partition("::")
+        text = (REPO / path).read_text() if (REPO / path).is_file() else None
+        return text is not None and (not name or re.search(
+            rf"^def {re.escape(name.split('[')[0])}\(", text, re.M) is not None)
+
+    for nodeid in FAULT_SUITES:
+        assert defined(nodeid), f"FAULT_SUITES names {nodeid}, which does not exist"
+        kind = Path(nodeid.split("::")[0]).stem.removeprefix("test_")
+        assert defined(FAULT_SUITES_COVERED_BY[kind]), FAULT_SUITES_COVERED_BY[kind]
+    for slot in range(SLOTS):
+        args = fault_suite_args(Rotation(slot, "x"))
+        assert args[0] == "suites/faults"
+        gone = set(args[2::2])
+        assert set(args[1::2]) == {"--deselect"}
+        assert gone == {n for n, s in FAULT_SUITES.items() if s != slot}
+    assert fault_suite_args(Rotation(None, "full")) == ["suites/faults"]
+    assert {slot for slot in FAULT_SUITES.values()} == set(range(SLOTS))
+    script = REPO / "tests" / "long_rotation.py"
+    out = subprocess.run([sys.executable, str(script), "faults"], capture_output=True, text=True,
+                         env={**os.environ, "ORDEAL_LONG": "1"}, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:-1] == fault_suite_args(Rotation(1, "x"))
+    assert "ORDEAL_LONG=1" in out.stderr and "not this time" in out.stderr
+    bad = subprocess.run([sys.executable, str(script), "faults"], capture_output=True, text=True,
+                         env={**os.environ, "ORDEAL_LONG": "often"}, cwd=tmp_path)
+    assert bad.returncode == 2 and "use full, reduced or a slot" in bad.stderr and not bad.stdout

@@ -304,3 +304,43 @@ def test_monitor_samples_a_real_replica_and_survives_a_dead_one(ordeal_cluster):
                      replica.process, hint="")
     v = sample_node(dead, timeout=1)
     assert v["health"] is None and "/health" in v["error"] and "refused" in v["error"].lower()
+
+
+def test_the_drain_waits_while_a_replica_is_busy_and_not_once_it_is_idle(ordeal_cluster,
+                                                                         tmp_path):
+    """``Monitor.wait_quiet`` (before the drained sample leak_bound judges):
+    a replica kept decoding long answers holds it to its bound; an idle one
+    lets it go at the first look."""
+    import threading
+    import time
+
+    from load.monitor import Monitor, sample_node
+
+    replica = ordeal_cluster.replicas()[0]
+    monitor = Monitor([replica], History(tmp_path / "h.jsonl"))
+    assert asyncio.run(monitor.wait_quiet(3.0)) < 0.5  # idle: no wait
+    body = json.dumps({"model": SERVED_MODEL_NAME, "prompt": "count", "max_tokens": 480,
+                       "ignore_eos": True, "temperature": 0}).encode()
+    stop = threading.Event()
+
+    def keep_busy() -> None:  # long answers back to back, two streams overlapping
+        while not stop.is_set():
+            req = urllib.request.Request(replica.endpoint.url + "/v1/completions", data=body,
+                                         headers={"content-type": "application/json"})
+            urllib.request.urlopen(req, timeout=120).read()
+
+    busy = [threading.Thread(target=keep_busy) for _ in range(2)]
+    for t in busy:
+        t.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not sample_node(replica)["metrics"].get("vllm:num_requests_running"):
+            assert time.monotonic() < deadline, "the long requests never showed as running"
+            time.sleep(0.05)
+        waited = asyncio.run(monitor.wait_quiet(1.5))
+        assert 1.2 <= waited <= 2.5, waited  # held to its bound while decoding
+    finally:
+        stop.set()
+        for t in busy:
+            t.join(120)
+    assert asyncio.run(monitor.wait_quiet(3.0)) < 0.5
