@@ -18,7 +18,7 @@ from engines.base import Upstream
 from engines.registry import engine_for
 from nodes.ports import free_ports
 from nodes.process import REPO_ROOT, ManagedProcess
-from nodes.waits import wait_http_ok
+from nodes.waits import machine_cause, wait_http_ok
 from ordeal.config import redact_argv
 from ordeal.ownership import hold_cluster
 from ordeal.topology import Endpoint, Link, NodeNotReady
@@ -79,6 +79,10 @@ class ClusterBase:
         self.router: Any = None
         self.links: list[Link] = []
         self.proxy: ManagedProcess | None = None
+        # Starts retried because the machine, not the system under test,
+        # failed them (MACHINE_CAUSES), each with why: summary.json's
+        # cluster.start_retries.
+        self.start_retries: list[dict[str, Any]] = []
 
     def ready(self, t0: float, message: str) -> None:
         """Say the cluster is up (``<backend> cluster ready in Ns: ...``, the
@@ -134,6 +138,7 @@ class ClusterBase:
             # over its settings from the spec.
             "stack": {**engine_for(self.engine, self.spec).settings(self.spec),
                       **getattr(self, "stack_extra", {})},
+            "start_retries": list(getattr(self, "start_retries", [])),
             "entrypoint": self.entrypoint.url if self.router else None,
             "links": [{"name": x.name, "listen": x.listen.url, "upstream": x.upstream.url}
                       for x in self.links],
@@ -239,8 +244,10 @@ class HostFrontCluster(ClusterBase):
             except NodeNotReady as e:
                 if self.proxy is not None:
                     self.proxy.stop()
-                if "address already in use" not in str(e) or attempt == attempts:
+                if machine_cause(str(e)) is None or attempt == attempts:
                     raise
+                self.start_retries.append({"node": "fault-proxy", "attempt": attempt,
+                                           "why": machine_cause(str(e))})
                 self.progress(f"fault proxy: a port was taken before it could bind; "
                               f"retrying with new ports ({attempt}/{attempts})")
         raise AssertionError("unreachable")
@@ -249,9 +256,16 @@ class HostFrontCluster(ClusterBase):
         """What the progress line says of a node that became ready."""
         return f"{node.name} ready ({node.fingerprint()})"
 
-    def _wait_all(self, nodes: list[Any]) -> None:
-        """Wait for every node side by side; all failures raised together."""
-        errors: list[str] = []
+    def _wait_all(self, nodes: list[Any],
+                  again: Callable[[Any], Any] | None = None) -> None:
+        """Wait for every node side by side; all failures raised together.
+        ``again(node)`` (a backend that can start a node anew: returns the
+        new node, started): a node whose start failed for the machine
+        (``MACHINE_CAUSES``: a port taken between choosing and binding it)
+        is started once more through it, and the retry recorded in
+        ``start_retries``. A failure of the system under test is never
+        retried, and no node is retried twice."""
+        errors: dict[Any, NodeNotReady] = {}
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(nodes)) as pool:
             futures = {pool.submit(n.wait_ready, self.spec.ready_timeout_s): n for n in nodes}
             for fut in concurrent.futures.as_completed(futures):
@@ -260,6 +274,23 @@ class HostFrontCluster(ClusterBase):
                     fut.result()
                     self.progress(self._ready_note(node))
                 except NodeNotReady as e:
-                    errors.append(str(e))
+                    errors[node] = e
+        retried = []
+        for node, e in list(errors.items()):
+            why = machine_cause(str(e)) if again is not None else None
+            if why is None:
+                continue
+            first = next((line for line in str(e).splitlines() if line.strip()), "")
+            self.start_retries.append({"node": node.name, "attempt": 1, "why": why,
+                                       "error": first[:300]})
+            self.progress(f"{node.name}: its start failed for the machine ({why}); "
+                          "starting it once more")
+            del errors[node]
+            retried.append(again(node))
+        try:
+            if retried:
+                self._wait_all(retried)
+        except NodeNotReady as e:
+            errors[None] = e
         if errors:
-            raise NodeNotReady("\n\n".join(errors))
+            raise NodeNotReady("\n\n".join(str(e) for e in errors.values()))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from clusters.base import HostFrontCluster
 from engines.registry import engine_for
@@ -56,10 +56,19 @@ class LocalCluster(HostFrontCluster):
                       f"{[r.endpoint.port for r in replicas]}"
                       + (f" in {len(waves)} waves" if len(waves) > 1 else "")
                       + f"; logs in {self.log_dir}")
+        def again(node: Any) -> Any:
+            """The replica ``node`` stopped and made anew on new ports, started."""
+            i = replicas.index(node)
+            node.stop()
+            fresh = self.engine_adapter.replica(self, i, free_ports(per, host))
+            self.nodes[self.nodes.index(node)] = replicas[i] = fresh
+            fresh.start()
+            return fresh
+
         for wave in waves:
             for i in wave:
                 replicas[i].start()
-            self._wait_all([replicas[i] for i in wave])
+            self._wait_all([replicas[i] for i in wave], again=again)
         self._start_front(replicas)
         self.ready(t0, f"router at {self.router.endpoint.url} in front of "
                        f"{len(replicas)} replica(s)")
