@@ -360,7 +360,11 @@ def test_the_engine_interface_on_vllm(ordeal_cluster, tmp_path):
     t = adapter.trace(alone, ordeal_cluster)
     assert 0 < server_qp <= t["queue_and_prefill_ms"] + 5, (server_qp, t)
     assert server_qp < server_e2e <= t["e2e_ms"] + 5, (server_e2e, t)
-    assert moved("vllm:request_decode_time_seconds_sum") <= t["decode_ms"] + 5, t
+    # Decode is bounded by the client's whole time less the server's queue
+    # and prefill, not by the client's own decode: on a loaded machine the
+    # first token can reach the client later than the last one lags (seen
+    # beside a CPU hog: 124 ms in the server against 117 ms in the client).
+    assert 0 <= moved("vllm:request_decode_time_seconds_sum") <= t["e2e_ms"] - server_qp + 5, t
     good = adapter.validate_consistency(ordeal_cluster, counts, mark)
     assert good.valid is True and good.details["checked"], good.to_dict()
     counts.by_node[node.name] = counts.by_node.get(node.name, 0) + 10_000
