@@ -244,10 +244,11 @@ class HostFrontCluster(ClusterBase):
             except NodeNotReady as e:
                 if self.proxy is not None:
                     self.proxy.stop()
-                if machine_cause(str(e)) is None or attempt == attempts:
+                why = machine_cause(str(e))
+                if why is None or attempt == attempts:
                     raise
                 self.start_retries.append({"node": "fault-proxy", "attempt": attempt,
-                                           "why": machine_cause(str(e))})
+                                           "why": why})
                 self.progress(f"fault proxy: a port was taken before it could bind; "
                               f"retrying with new ports ({attempt}/{attempts})")
         raise AssertionError("unreachable")

@@ -142,6 +142,18 @@ class CountersMonotonic(StreamingChecker):
         return Result(self.name, True if self.samples else "unknown", details)
 
 
+def engine_left(metrics: dict[str, Any]) -> tuple[float, float]:
+    """(requests running or waiting, KV-cache share held) from vLLM's
+    gauges: what a drained node must be rid of (LeakBound; the monitor's
+    wait before its drain round)."""
+    left = metrics.get("vllm:num_requests_running", 0) + metrics.get("vllm:num_requests_waiting", 0)
+    return left, metrics.get("vllm:kv_cache_usage_perc", 0.0)
+
+
+#: KV-cache share a drained node may still hold.
+KV_HELD_MAX = 0.01
+
+
 class LeakBound(StreamingChecker):
     """A node's memory after the drain against its start (same pid), two
     ways. The factor bound (``leak_rss_factor`` x the baseline +
@@ -205,8 +217,7 @@ class LeakBound(StreamingChecker):
             pid, base = self.baseline[node]
             m = v.get("metrics") or {}
             limit = base * self.factor + self.slack
-            left = m.get("vllm:num_requests_running", 0) + m.get("vllm:num_requests_waiting", 0)
-            kv = m.get("vllm:kv_cache_usage_perc", 0.0)
+            left, kv = engine_left(m)
             half = self._second_half(node)
             figures[node] = {
                 "baseline_mb": round(base / 2**20), "drained_mb": round(v["rss_bytes"] / 2**20),
@@ -224,7 +235,7 @@ class LeakBound(StreamingChecker):
             if left > 0:
                 problems.append({"problem": f"{node} still has {left} request(s) after drain",
                                  "index": v["index"]})
-            if kv > 0.01:
+            if kv > KV_HELD_MAX:
                 problems.append({"problem": f"{node} KV cache {kv:.1%} used after drain",
                                  "index": v["index"]})
         details = {"rss_factor": self.factor, "rss_slack_mb": self.slack / 2**20,

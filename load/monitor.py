@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from invariants.node_health import KV_HELD_MAX, engine_left
 from load.gpu_telemetry import GpuTelemetry
 from load.metrics import MetricsParseError, parse_metrics
 from nodes.process import group_members
@@ -158,13 +159,6 @@ def node_journal(node: Any) -> Path | None:
     return journal_path(directory, node.name)
 
 
-def _busy(metrics: dict[str, Any]) -> bool:
-    """vLLM's gauges say a request is still in the engine or its KV cache
-    is still held (the drained state ``leak_bound`` judges)."""
-    left = metrics.get("vllm:num_requests_running", 0) + metrics.get("vllm:num_requests_waiting", 0)
-    return left > 0 or metrics.get("vllm:kv_cache_usage_perc", 0.0) > 0.01
-
-
 class Monitor:
     """Samples nodes (and, on a machine with NVIDIA GPUs, every GPU through
     NVML: ops f "gpu", one per GPU and round) into the history. ``gpu``: a
@@ -226,7 +220,8 @@ class Monitor:
             busy = False
             for node in self.nodes:
                 value = await asyncio.to_thread(sample_node, node, 2.0, None)
-                if _busy(value.get("metrics") or {}):
+                left, kv = engine_left(value.get("metrics") or {})
+                if left > 0 or kv > KV_HELD_MAX:
                     busy = True
                     break
             waited = time.monotonic() - t0
