@@ -2,6 +2,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -180,6 +181,67 @@ def _rotate_long_tests(config, items):
     if said:
         config.stash[LONG_SAID] = [f"long tests ({rotation.why}; pytest tests/ -m long runs "
                                    "them all):", *said]
+
+
+ONE_REPLICA = pytest.StashKey[dict]()
+#: The core the shared replica is bound to (its own OpenMP thread and the
+#: CPU analog of GPU throttling act on it; tests/test_host_faults.py).
+ONE_REPLICA_CORE = 1
+
+
+@pytest.fixture(scope="session")
+def one_replica(request, tmp_path_factory):
+    """ONE real vLLM replica for the modules that fault a single node (host,
+    kernel and link faults): every fault there heals and each test checks the
+    heal it relies on, so one start serves them all (before, each module
+    started its own: two starts more in every CI, issue 46). Started under
+    libfaketime (a clock file) and bound to one core. It is stopped after the
+    last test that uses it (``pytest_runtest_teardown``), not at the end of
+    the session, so its memory is free for the clusters of later modules."""
+    from engines.vllm.model import ensure_tiny_model
+    from engines.vllm.nodes import VllmReplica
+    from nodes.ports import free_ports
+    from ordeal.topology import Endpoint
+
+    d = tmp_path_factory.mktemp("one-replica")
+    node = VllmReplica("one-replica", Endpoint("127.0.0.1", free_ports(1)[0]),
+                       ensure_tiny_model(0).path, d / "replica.log", "one-replica-run",
+                       cpu_core=ONE_REPLICA_CORE, clock_file=d / "replica.clock")
+    held = request.config.stash.setdefault(ONE_REPLICA, {})
+    # Its process record goes to a state dir of its own: in the shared default
+    # one, another suite's start (reap_leftovers) would end it as a leftover.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ORDEAL_STATE_DIR", str(d / "state"))
+        node.start()
+    held["node"] = node
+    try:
+        t0 = time.monotonic()
+        node.wait_ready(300)
+        print(f"\n[one_replica] ready in {time.monotonic() - t0:.1f} s on {node.endpoint.url}",
+              flush=True)
+        yield node
+    finally:
+        _stop_one_replica(held)
+
+
+def _stop_one_replica(held: dict) -> None:
+    node = held.pop("node", None)
+    if node is None:
+        return
+    if node.is_running():
+        node.signal(signal.SIGCONT)  # a stopped group would not see SIGTERM
+    node.stop(grace=10)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Stop the shared replica once no later test of this run uses it."""
+    yield
+    if "one_replica" not in getattr(item, "fixturenames", ()):
+        return
+    later = item.session.items[item.session.items.index(item) + 1:] if nextitem else []
+    if not any("one_replica" in getattr(i, "fixturenames", ()) for i in later):
+        _stop_one_replica(item.config.stash.get(ONE_REPLICA, {}))
 
 
 @pytest.hookimpl(tryfirst=True)

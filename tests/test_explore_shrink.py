@@ -6,7 +6,7 @@ replica's EngineCore, held 1 s or 10 s. A 10 s pause leaves that replica's
 bound 4 s) calls a lie; a 1 s pause does not. Rules also burst and wait, so
 the first failing program is often longer than it needs to be, and
 Hypothesis shrinks it while the budget lasts (a 2-step reproducer came at
-255 s of 300 in CI; at this 180 s budget the kept one is usually the first,
+255 s of 300 in CI; at this 120 s budget the kept one is usually the first,
 of 4 steps). The test asserts what a user relies on: the exploration finds
 the failure, the reproducer it keeps has at most a few steps and is no
 longer than the first, replaying that file breaks the same invariant again,
@@ -26,7 +26,7 @@ from runs.explore import broken, load_schedule, make_clean, replay, save_schedul
 from runs.explore_machine import Exploration, ExplorePlan, explore, smallest
 from runs.run import OrdealRun
 
-BUDGET_S = 180.0
+BUDGET_S = 120.0
 #: Past the budget one example may still be running (its hold, its drain of
 #: up to 15 s, its clean-up), then the final clean-up.
 OVERRUN_S = 90.0

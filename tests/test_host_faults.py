@@ -3,8 +3,9 @@ real vLLM replica: each fault's effect is observed while injected, its heal
 is observed after, a SIGKILLed harness leaves nothing that ``heal-all``
 does not clean, and bad targets are refused before anything changes.
 
-One replica (module fixture) runs under libfaketime with its compute bound
-to CPU 1. The CPU analog of gpu_throttle is a cgroup CPU quota on the
+One replica, shared with the kernel and link fault modules (tests/conftest.py
+``one_replica``), runs under libfaketime with its compute bound to CPU 1.
+The CPU analog of gpu_throttle is a cgroup CPU quota on the
 replica's own processes (faults.cgroup); its tests need root and a cpu
 cgroup controller, and are skipped, saying so, without them.
 Figures are printed as ``[figures] ...`` lines (run with -s to see them).
@@ -26,8 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from engines.vllm.model import ensure_tiny_model
-from engines.vllm.nodes import SERVED_MODEL_NAME, VllmReplica
+from engines.vllm.nodes import SERVED_MODEL_NAME
 from faults import FaultError, Ledger, cgroup
 from faults.clock_drift import (
     NEUTRAL,
@@ -43,13 +43,11 @@ from faults.cotenant import mem_available_bytes, proc_start_time, rss_bytes
 from faults.gpu_memory_pressure import GpuMemoryPressure
 from faults.gpu_throttle import GpuThrottle
 from nodes.local import LocalNode
-from nodes.ports import free_ports
 from nodes.process import ManagedProcess, group_members
 from ordeal.topology import Endpoint
 
 PY = sys.executable
 REPO = Path(__file__).resolve().parent.parent
-REPLICA_CORE = 1
 
 
 def figures(name: str, **values: object) -> None:
@@ -59,21 +57,10 @@ def figures(name: str, **values: object) -> None:
 # --- the real replica and how we look at it -------------------------------------
 
 @pytest.fixture(scope="module")
-def replica(tmp_path_factory):
-    d = tmp_path_factory.mktemp("host-faults")
-    node = VllmReplica("clock-replica", Endpoint("127.0.0.1", free_ports(1)[0]),
-                       ensure_tiny_model(0).path, d / "replica.log", "host-faults-run",
-                       cpu_core=REPLICA_CORE, clock_file=d / "replica.clock")
-    # Its process record goes to a state dir of its own: in the shared default
-    # one, another suite's start (reap_leftovers) would end it as a leftover.
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ORDEAL_STATE_DIR", str(d / "state"))
-        node.start()
-    try:
-        node.wait_ready(300)
-        yield node
-    finally:
-        node.stop(grace=5)
+def replica(one_replica):
+    """The replica shared with the kernel and link fault modules
+    (tests/conftest.py ``one_replica``): under libfaketime, on one core."""
+    return one_replica
 
 
 def complete(url: str, max_tokens: int = 8, ignore_eos: bool = False) -> dict:
@@ -560,7 +547,7 @@ def test_crashed_harness_with_a_strobing_clock_is_healed_by_heal_all(replica):
     s, _ = wait_skew(replica, lambda s: abs(s - 3600) <= s.tol + 0.5, timeout=6)
     done = heal_all()
     assert done.returncode == 0, done.stderr
-    assert "healed clock_drift on clock-replica" in done.stdout, done.stdout
+    assert f"healed clock_drift on {replica.name}" in done.stdout, done.stdout
     assert proc_start_time(strober) is None
     assert read_clock(replica.clock_file) == NEUTRAL
     after, _ = wait_skew(replica, lambda s: abs(s) <= s.tol)
@@ -581,7 +568,7 @@ def test_crashed_harness_with_a_cotenant_is_healed_by_heal_all(replica, kind):
     assert proc_start_time(hog) is not None and group_members(hog) == members  # orphaned hog
     done = heal_all()
     assert done.returncode == 0, done.stderr
-    assert f"healed {kind} on clock-replica" in done.stdout, done.stdout
+    assert f"healed {kind} on {replica.name}" in done.stdout, done.stdout
     assert group_members(hog) == [] and proc_start_time(hog) is None
     assert Ledger().pending() == []
     assert heal_all().stdout.strip().endswith("healed 0 ledger entries in " + str(Ledger().dir))
@@ -607,7 +594,7 @@ def test_crashed_harness_with_a_gpu_throttle_quota_is_healed_by_heal_all(replica
         if directory.is_dir():  # the heal under test failed: do not leave the replica throttled
             cgroup.restore(entry.inverse["cgroup"])
     assert done.returncode == 0, done.stderr
-    assert f"healed gpu_throttle on clock-replica from run crashed-run: moved pid(s) " \
+    assert f"healed gpu_throttle on {replica.name} from run crashed-run: moved pid(s) " \
            f"{sorted(pids)} back and removed {directory}" in done.stdout, done.stdout
     assert not directory.exists() and directory.name not in ordeal_cgroups()
     assert cpu_cgroups(pids) == original and thread_cgroups(pids) == set(original.values())

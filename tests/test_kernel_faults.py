@@ -2,7 +2,8 @@
 and process_pause (SIGSTOP/SIGCONT).
 
 Pure tests (rule building, parsing, refusals) need no cluster. The rest run
-against ONE real vLLM replica started for this module and observe each
+against ONE real vLLM replica (shared with the host and link fault modules:
+tests/conftest.py ``one_replica``) and observe each
 fault's effect with a probe, then its heal. The crash tests inject from a
 child harness that is SIGKILLed and leave the repair to
 ``python -m faults heal-all``, as after a real crash.
@@ -32,8 +33,7 @@ from pathlib import Path
 import pytest
 
 from conftest import require_component, under_ci
-from engines.vllm.model import ensure_tiny_model
-from engines.vllm.nodes import SERVED_MODEL_NAME, VllmReplica
+from engines.vllm.nodes import SERVED_MODEL_NAME
 from faults import iptables
 from faults.base import FaultError
 from faults.iptables import ChainSpec, RuleCounter
@@ -151,27 +151,11 @@ def small_node(tmp_path, health_server_argv):
 
 
 @pytest.fixture(scope="module")
-def replica(tmp_path_factory):
-    """ONE real vLLM replica for the module (as tests/test_real_cluster.py)."""
-    tmp = tmp_path_factory.mktemp("kernel-faults")
-    model = ensure_tiny_model(0)
-    with pytest.MonkeyPatch.context() as mp:
-        # Its process record stays in a private state dir: no other harness's
-        # reap_leftovers may end it while this module runs.
-        mp.setenv("ORDEAL_STATE_DIR", str(tmp / "state"))
-        node = VllmReplica("kf-replica", Endpoint("127.0.0.1", free_ports(1)[0]), model.path,
-                           tmp / "replica.log", RUN_ID)
-        node.start()
-        try:
-            t0 = time.monotonic()
-            node.wait_ready(300)
-            say(f"replica ready in {time.monotonic() - t0:.1f} s on {node.endpoint.url}, "
-                f"{len(node.pids())} processes")
-            yield node
-        finally:
-            if node.is_running():
-                node.signal(signal.SIGCONT)  # a stopped group would not see SIGTERM
-            node.stop(grace=10)
+def replica(one_replica):
+    """The real vLLM replica shared with the host and link fault modules
+    (tests/conftest.py ``one_replica``)."""
+    say(f"replica on {one_replica.endpoint.url}, {len(one_replica.pids())} processes")
+    return one_replica
 
 
 # ------------------------------------------------------------- pure parts
@@ -530,7 +514,7 @@ def test_process_pause_stops_every_process_and_the_heal_resumes_them(replica, tm
         assert set(states(pids).values()) == {"T"}, states(pids)
         [entry] = ledger.pending()
         assert entry.inverse["pgid"] == replica.pid
-        assert {m["label"] for m in entry.inverse["members"]} == {RUN_ID}
+        assert {m["label"] for m in entry.inverse["members"]} == {replica.process.cluster_id}
         stalled = probe(url, completion=True, timeout=3)
         health = probe(url, timeout=3)
         say(f"process_pause: {len(pids)} processes in state T; completion -> {stalled.error} "

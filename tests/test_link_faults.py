@@ -187,30 +187,19 @@ def test_heal_after_the_proxy_died_says_there_is_nothing_to_heal(tmp_path):
 # -- against a real vLLM replica -----------------------------------------------------
 
 @pytest.fixture(scope="module")
-def vllm_link(tmp_path_factory):
-    """ONE real replica and a proxy in front of it, for the whole module."""
-    from engines.vllm.model import ensure_tiny_model
-    from engines.vllm.nodes import VllmReplica
-
+def vllm_link(one_replica, tmp_path_factory):
+    """A proxy in front of the real replica shared with the host and kernel
+    fault modules (tests/conftest.py ``one_replica``), for the whole module."""
     base = tmp_path_factory.mktemp("link-faults")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ORDEAL_STATE_DIR", str(base / "state"))  # process records stay ours
-    model = ensure_tiny_model(0)
-    port = free_ports(1)[0]
-    replica = VllmReplica("lf-replica", Endpoint("127.0.0.1", port), model.path,
-                          base / "replica.log", "link-faults-run")
+    port = one_replica.endpoint.port
     proxy = ProxyProcess([f"client-replica=0:127.0.0.1:{port}"], seed=11,
                          stderr_path=base / "proxy.log")
     try:
-        replica.start()
-        replica.wait_ready(300)
         proxy.start()
-        yield replica, make_link("client-replica", proxy.listens["client-replica"],
-                                 replica.endpoint, proxy.control)
+        yield one_replica, make_link("client-replica", proxy.listens["client-replica"],
+                                     one_replica.endpoint, proxy.control)
     finally:
         proxy.stop()
-        replica.stop(grace=10)
-        mp.undo()
 
 
 def probe(url: str, timeout: float = 30) -> tuple[float, bytes]:

@@ -266,6 +266,9 @@ def test_a_replica_with_a_broken_model_fails_fast_with_the_reason(tmp_path):
         node.stop(grace=5)
 
 
+@pytest.mark.long(slot=1, covered_by="the broken model's start just above (the engine's own "
+                  "error in a failed start) and failure_reason on vLLM's recorded out-of-memory "
+                  "line in tests/test_restart_phases.py")
 def test_a_replica_that_meets_too_little_memory_fails_with_vllm_s_own_reason(tmp_path):
     """The CPU form of a GPU replica restarted beside a co-tenant that holds
     the memory it needs: vLLM is asked for a KV cache larger than the
