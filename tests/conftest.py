@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from long_rotation import rotation_of
 
+from clusters.base import note_start
 from clusters.local import LocalCluster
 from engines.triton.server import check as triton_missing
 from ordeal.config import ClusterSpec
@@ -217,8 +218,9 @@ def one_replica(request, tmp_path_factory):
     try:
         t0 = time.monotonic()
         node.wait_ready(300)
-        print(f"\n[one_replica] ready in {time.monotonic() - t0:.1f} s on {node.endpoint.url}",
-              flush=True)
+        took = time.monotonic() - t0
+        note_start("local", "vllm", 1, took)  # counted with the clusters in CI's report
+        print(f"\n[one_replica] ready in {took:.1f} s on {node.endpoint.url}", flush=True)
         yield node
     finally:
         _stop_one_replica(held)
@@ -235,9 +237,11 @@ def _stop_one_replica(held: dict) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
-    """Stop the shared replica once no later test of this run uses it."""
+    """Stop the shared replica once no later test of this run uses it (not
+    in an xdist worker: which tests it runs next is decided as it goes)."""
     yield
-    if "one_replica" not in getattr(item, "fixturenames", ()):
+    if "one_replica" not in getattr(item, "fixturenames", ()) or hasattr(
+            item.config, "workerinput"):
         return
     later = item.session.items[item.session.items.index(item) + 1:] if nextitem else []
     if not any("one_replica" in getattr(i, "fixturenames", ()) for i in later):

@@ -77,7 +77,8 @@ STEPS = {"docker-smoke": 0, "triton-smoke": 1}
 
 #: The per-kind fault suites (CI's ``pytest suites/faults -m faults``) rotate
 #: the same way in CI: each test below runs in its slot (650 s for all; a
-#: slot's share evens out the slots' other long tests: slot 1 has the most). Every CI still sees each kind's effect and
+#: slot's share evens out the slots' other long tests, ~650-700 s a slot with
+#: them, docs/DEVELOPING.md "CI times"). Every CI still sees each kind's effect and
 #: heal on a real vLLM replica in ``pytest tests/``: FAULT_SUITES_COVERED_BY
 #: names where. A suite test not listed runs in every slot, so a new one is
 #: never left out; users' own ``pytest suites/faults -m faults`` runs them all.
@@ -91,12 +92,12 @@ FAULT_SUITES = {
     "suites/faults/test_http_fault.py": 1,
     "suites/faults/test_lsn_jump.py": 1,
     "suites/faults/test_connection_reset.py": 1,
+    "suites/faults/test_clock_drift.py": 1,
+    "suites/faults/test_process_pause.py": 1,
     "suites/faults/test_process_kill.py::test_long_streams_cut_by_a_kill_end_with_their_cause": 2,
     "suites/faults/test_gpu_memory_pressure.py": 2,
     "suites/faults/test_bandwidth_limit.py": 2,
     "suites/faults/test_gpu_throttle.py": 2,
-    "suites/faults/test_clock_drift.py": 2,
-    "suites/faults/test_process_pause.py": 2,
 }
 
 #: Where ``pytest tests/`` observes each rotated kind's effect and heal on a

@@ -118,7 +118,7 @@ def test_an_address_outside_the_allowed_set_is_refused_before_connecting(tmp_pat
 
 @needs_ray
 @pytest.mark.cluster
-@pytest.mark.long(slot=2, covered_by="a start that fails with its reason: "
+@pytest.mark.long(slot=1, covered_by="a start that fails with its reason: "
                   "tests/test_real_cluster.py (replicas that never get ready) and "
                   "tests/test_docker_backend.py (a container that exits at start)")
 def test_a_ray_cluster_that_cannot_start_says_why(tmp_path, monkeypatch):
