@@ -47,6 +47,7 @@ from ordeal.history.reader import HistoryTail
 from ordeal.history.windows import INJECTED, FaultWindows, Window
 from ordeal.history.writer import History
 from ordeal.topology import LINK_KINDS
+from reports.html import MAX_INTERIM_FAULTS, render_interim
 from reports.run_dir import write_json_atomic
 from runs.run import checker_context
 
@@ -654,7 +655,7 @@ class Judge:
         results = self.results()
         if self.on_interim is not None:
             self.on_interim(results)
-        write_json_atomic(self.run_dir / INTERIM_NAME, {
+        doc = {
             "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "elapsed_s": round(self.elapsed_s(), 1), "run_s": self.plan.run_s,
             "ops": dict(self.counts),
@@ -663,7 +664,12 @@ class Judge:
             "harness_rss_mb": self.rss[-20:], "history_damage": self.damage,
             "invariants": [r.to_dict() for r in results],
             "threads": threading.active_count(), "heap": self.heap,
-            **(self.trace_report() if self.trace else {})})
+            **(self.trace_report() if self.trace else {})}
+        write_json_atomic(self.run_dir / INTERIM_NAME, doc)
+        # report.html marked interim, from the same figures (never raises);
+        # the run's end writes the final one over it.
+        render_interim(self.run_dir, doc, [asdict(summary_window(w)) for w in
+                                           self.faults.windows[-MAX_INTERIM_FAULTS:]])
 
     def trace_report(self) -> dict[str, Any]:
         """ORDEAL_TRACEMALLOC=1: what Python holds now, and what grew since

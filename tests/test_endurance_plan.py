@@ -411,3 +411,51 @@ def test_a_thinned_plan_at_a_low_rate_leaves_requests_after_each_heal_and_for_cl
     fast = EndurancePlan(duration_s=72 * 3600, time_scale=72, rate=8.0)
     assert fast.quiet_floor_s == fast.min_quiet_wall_s == 1.5
     assert EndurancePlan(duration_s=3600, time_scale=20, rate=8.0).thinning() is None
+
+
+def test_each_interim_file_comes_with_an_interim_report_html_the_final_replaces(tmp_path):
+    """A 72-hour run can be watched in a browser (issue 44): every interim
+    file also rewrites report.html, marked interim, with the invariants so
+    far and the latest fault windows (untrusted text escaped); a false
+    invariant is named at the top. The run's end writes the final page over it."""
+    from reports.html import render_report
+
+    judge, h = judge_on(tmp_path / "a", StopCondition())
+    requests(h, 5, "ok")
+    h.append("info", NEMESIS, "inject", {"kind": "process_pause", "target": "<b>replica-0",
+                                         "phase": "begin"})
+    h.append("info", NEMESIS, "inject", {"kind": "process_pause", "target": "<b>replica-0",
+                                         "phase": "end"})
+    h.flush()
+    judge.read_new()
+    judge.write_interim()
+    interim = json.loads((tmp_path / "a" / "interim.json").read_text())
+    page = (tmp_path / "a" / "report.html").read_text()
+    assert [i["name"] for i in interim["invariants"] if i["valid"] is False] == []
+    assert "(interim)</h1>" in page and "RUNNING: none false so far" in page
+    assert "No verdict yet" in page and "Verdict:" not in page
+    for i in interim["invariants"]:
+        assert f"<td>{i['name']}</td>" in page
+    assert "process_pause on &lt;b&gt;replica-0" in page and "<b>replica-0" not in page
+    assert "ops: ok 5 · invoke 5" in page or "ops: invoke 5 · ok 5" in page, page
+
+    # A request that ends twice is a false no_silent_loss (or another
+    # checker's false): the page says which, at the top.
+    judge, h = judge_on(tmp_path / "b", StopCondition())
+    requests(h, 5, "ok")
+    h.append("ok", 3, "completions", {"seq": 3})
+    h.flush()
+    judge.read_new()
+    judge.write_interim()
+    interim = json.loads((tmp_path / "b" / "interim.json").read_text())
+    false = [i["name"] for i in interim["invariants"] if i["valid"] is False]
+    assert false, interim["invariants"]
+    page = (tmp_path / "b" / "report.html").read_text()
+    assert f"FALSE so far: {', '.join(false)}" in page and 'class="verdict v-fail"' in page
+
+    # The run's end: the final report (from summary.json and the history).
+    (tmp_path / "b" / "summary.json").write_text(json.dumps(
+        {"run_id": "b", "verdict": "fail", "invariants": interim["invariants"]}))
+    render_report(tmp_path / "b")
+    final = (tmp_path / "b" / "report.html").read_text()
+    assert "Verdict: FAIL" in final and "(interim)" not in final
