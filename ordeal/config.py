@@ -69,6 +69,17 @@ ROUTER_PROFILES = ("ordeal", "stock")
 #: --engine-args, they would break the wiring (ports, the node header).
 RESERVED_ENGINE_FLAGS = ("--host", "--port", "--middleware", "--model",
                          "--served-model-name", "--tokenizer", "--max-model-len")
+#: What makes vLLM refuse every /v1 request without a key. The replicas
+#: Ordeal starts serve its own readiness probe (a completion), load and fault
+#: probes, which carry no key: each would end 401, so these are refused with
+#: the way to qualify a stack behind a key (never echoing the key).
+API_KEY_FLAGS = ("--api-key",)
+API_KEY_ENV = ("VLLM_API_KEY",)
+API_KEY_WHY = ("makes every replica refuse requests without the key, and the replicas Ordeal "
+               "starts are asked by its own readiness probe, load and fault probes, which send "
+               "none (the cluster would fail its start with 401). To qualify a stack behind "
+               "an API key, start it yourself and run with --cluster external and a target "
+               "file whose api_key_env names the variable that holds the key (docs/external.md)")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Environment names whose values are never written anywhere (summary, logs).
 SECRET_ENV = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
@@ -343,12 +354,17 @@ class ClusterSpec:
                               "without spaces, as clients will send it")
         for flag in self.engine_args:
             name = flag.split("=", 1)[0]
+            if name in API_KEY_FLAGS:
+                raise ConfigError(f"--engine-args: {name} {API_KEY_WHY}")
             if name in RESERVED_ENGINE_FLAGS:
                 own = {"--model": "--model", "--served-model-name": "--served-model-name",
                        "--tokenizer": "--tokenizer", "--max-model-len": "--max-model-len"}
                 fix = (f"use Ordeal's own option {own[name]} instead" if name in own else
                        "Ordeal sets it to wire the replica to the fault proxy and the router")
                 raise ConfigError(f"--engine-args: {name} cannot be given here: {fix}")
+        for key, _value in self.engine_env:
+            if key in API_KEY_ENV:
+                raise ConfigError(f"--engine-env: {key} (vLLM's --api-key) {API_KEY_WHY}")
         if self.engine != "vllm" and (self.model or self.engine_args or self.engine_env
                                       or self.router_args or self.tokenizer
                                       or self.router_profile != "ordeal"):

@@ -50,6 +50,22 @@ def test_a_bad_stack_setting_is_refused_with_the_fix(kw, match):
         ClusterSpec(**kw)
 
 
+@pytest.mark.parametrize("kw", [
+    {"engine_args": ("--api-key", "s3cret-Z")}, {"engine_args": ("--api-key=s3cret-Z",)},
+    {"engine_env": (("VLLM_API_KEY", "s3cret-Z"),)}])
+def test_an_api_key_on_the_embedded_replicas_is_refused_with_the_way_and_never_echoed(kw):
+    """vLLM's --api-key (or VLLM_API_KEY) makes the replicas Ordeal starts
+    refuse its own probes and load (401 at start, seen 2026-12-07): refused
+    before anything starts, with the way to qualify a stack behind a key,
+    and the key itself is in no message."""
+    with pytest.raises(ConfigError) as err:
+        ClusterSpec(**kw)
+    msg = str(err.value)
+    assert "makes every replica refuse requests without the key" in msg
+    assert "--cluster external" in msg and "api_key_env" in msg
+    assert "s3cret" not in msg
+
+
 def test_engine_env_pairs_are_checked():
     assert parse_env_pairs(["A=1", "B_2=x=y", "C="], "--engine-env") == (
         ("A", "1"), ("B_2", "x=y"), ("C", ""))
