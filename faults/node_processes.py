@@ -10,7 +10,13 @@ process (a vLLM engine core), a crash ends the API server alone.
 - ``api_server``: the group's leader, the process the suite started (vLLM's
   API server; for another engine, its main process);
 - ``engine_core``: the members whose name or command line says EngineCore
-  (vLLM's engine process, which renames itself "VLLM::EngineCore").
+  (vLLM's engine process, which renames itself "VLLM::EngineCore");
+- ``rank:N``: the worker process(es) of tensor-parallel rank N (issue 45).
+  vLLM's multiprocessing executor titles each worker "VLLM::Worker" plus a
+  segment per parallel dimension larger than one ("VLLM::Worker_TP1",
+  "VLLM::Worker_PP0_TP1_EP1"): rank N is the ``_TP<N>`` segment, or, without
+  tensor parallelism, the one plain "VLLM::Worker" as rank 0. A rank that
+  hangs (in NCCL, on a GPU) stops decoding while /health still says 200.
 
 One trap, seen: vLLM's EngineCore renames itself with setproctitle, which
 overwrites the memory /proc/<pid>/environ reads, so its label is gone. Such
@@ -21,6 +27,7 @@ spawned, which keeps its environment).
 from __future__ import annotations
 
 import os
+import re
 import signal
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +38,34 @@ from ordeal.topology import Node
 
 from .base import FaultError
 
-SCOPES = ("node", "api_server", "engine_core")
+SCOPES = ("node", "api_server", "engine_core", "rank:N")
 ENGINE_CORE = "EngineCore"
+_RANK_SCOPE = re.compile(r"rank:(\d{1,4})")
+#: A vLLM worker's title: "::Worker" and its ``_<DIM><rank>`` segments, up to
+#: a space or the end ("VLLM::Worker_TP" alone is a comm cut at 15 bytes).
+_WORKER = re.compile(r"::Worker((?:_[A-Z]+\d+)*)(?=\s|$)")
+_SEGMENT = re.compile(r"_([A-Z]+)(\d+)")
+
+
+def check_scope(scope: str, kind: str) -> None:
+    """FaultError, before anything changes, for a scope that is not one of
+    ``SCOPES`` (``rank:N`` with N a whole number)."""
+    if scope in SCOPES[:3] or _RANK_SCOPE.fullmatch(scope):
+        return
+    raise FaultError(f"{kind}: scope {scope!r} is unknown; use one of {', '.join(SCOPES)} "
+                     "(node: the whole process group; rank:N: tensor-parallel rank N's "
+                     "worker, e.g. rank:1)")
+
+
+def worker_ranks(names: str) -> set[int]:
+    """The tensor-parallel ranks a process's names (``proc_names``) say it
+    is the worker of: {N} for "VLLM::Worker_TP<N>..." (other dimensions'
+    segments aside), {0} for a plain "VLLM::Worker", none for any other."""
+    ranks = set()
+    for m in _WORKER.finditer(names):
+        dims = {d: int(n) for d, n in _SEGMENT.findall(m.group(1))}
+        ranks.add(dims.get("TP", 0))
+    return ranks
 
 
 @dataclass(frozen=True)
@@ -113,15 +146,16 @@ def scope_pids(node: Node, scope: str, kind: str) -> list[int]:
     """The live pids of ``node`` that ``scope`` means; FaultError naming the
     node's members when the scope matches none of them (a Triton server has
     no EngineCore), or when the scope is unknown."""
-    if scope not in SCOPES:
-        raise FaultError(f"{kind}: scope {scope!r} is unknown; use one of {', '.join(SCOPES)} "
-                         "(node: the whole process group)")
+    check_scope(scope, kind)
     pids = node.pids()
     leader = getattr(node, "pid", None)
     if scope == "node":
         return pids
+    rank = _RANK_SCOPE.fullmatch(scope)
     if scope == "api_server":
         chosen = [p for p in pids if p == leader]
+    elif rank is not None:
+        chosen = [p for p in pids if int(rank.group(1)) in worker_ranks(proc_names(p))]
     else:
         chosen = [p for p in pids if ENGINE_CORE in proc_names(p)]
     if pids and not chosen:

@@ -32,8 +32,8 @@ from ordeal.topology import Endpoint, Node, NodeNotReady
 from .base import Effect, Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
 from .node_processes import (
-    SCOPES,
     Member,
+    check_scope,
     is_same,
     kill_members,
     node_members,
@@ -93,9 +93,7 @@ class ProcessKill(Fault):
                  ready_timeout_s: float = 300.0, gone_within_s: float = 60.0,
                  scope: str = "node", orphan_bound_s: float = 10.0):
         super().__init__(node.name, run_id, ledger)
-        if scope not in SCOPES:
-            raise FaultError(f"process_kill: scope {scope!r} is unknown; use one of "
-                             f"{', '.join(SCOPES)} (node: the whole process group)")
+        check_scope(scope, self.kind)
         if orphan_bound_s < 0:
             raise FaultError(f"process_kill: orphan_bound_s={orphan_bound_s} must be 0 or more "
                              "seconds")

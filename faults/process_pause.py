@@ -38,8 +38,8 @@ from ordeal.topology import Node
 from .base import Effect, Fault, FaultError, healed
 from .ledger import Ledger, LedgerEntry
 from .node_processes import (  # noqa: F401 - Member, proc_names: re-exported for callers
-    SCOPES,
     Member,
+    check_scope,
     cluster_label,
     is_same,
     proc_names,
@@ -93,9 +93,7 @@ class ProcessPause(Fault):
         if only is not None and not only.strip():
             raise FaultError("process_pause: only='' matches every process; leave it out to "
                              "pause the whole group, or name one (e.g. only='EngineCore')")
-        if scope not in SCOPES:
-            raise FaultError(f"process_pause: scope {scope!r} is unknown; use one of "
-                             f"{', '.join(SCOPES)}")
+        check_scope(scope, self.kind)
         if only is not None and scope != "node":
             raise FaultError(f"process_pause: give only={only!r} or scope={scope!r}, not both")
         self.only = only

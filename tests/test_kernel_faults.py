@@ -40,7 +40,7 @@ from faults.iptables import ChainSpec, RuleCounter
 from faults.ledger import Ledger
 from faults.network_partition import NetworkPartition, partition_rules
 from faults.packet_loss import PacketLoss, loss_counters, loss_rules
-from faults.process_pause import Member, ProcessPause, continue_members
+from faults.process_pause import Member, ProcessPause, continue_members, proc_names
 from nodes.local import LocalNode
 from nodes.ports import free_ports
 from nodes.process import ManagedProcess
@@ -534,19 +534,24 @@ def test_process_pause_stops_every_process_and_the_heal_resumes_them(replica, tm
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("how", [{"only": "EngineCore"}, {"scope": "engine_core"}])
+@pytest.mark.parametrize("how", [{"only": "EngineCore"}, {"scope": "engine_core"},
+                                 {"scope": "rank:0"}])
 def test_pausing_only_the_engine_leaves_health_answering_200_while_no_token_comes(
         replica, tmp_path, how):
     """The weakness issue 12 found: with only vLLM's EngineCore stopped, the
     API server still says /health 200 (a hang that looks healthy), while a
     completion times out. A name that matches no member is refused first.
-    ``scope="engine_core"`` chooses the same process as ``only``."""
+    ``scope="engine_core"`` chooses the same process as ``only``; ``rank:0``
+    the worker of tensor-parallel rank 0 (issue 45: a rank hung in NCCL looks
+    the same), on this replica its only worker, and ``rank:1`` none."""
     url = replica.endpoint.url
     ledger = Ledger(tmp_path / "ledger")
     with pytest.raises(FaultError, match=r"matches only='NoSuchProcess'.*EngineCore"):
         ProcessPause(replica, RUN_ID, ledger, only="NoSuchProcess").inject()
     with pytest.raises(FaultError, match="not both"):
         ProcessPause(replica, RUN_ID, ledger, only="EngineCore", scope="api_server")
+    with pytest.raises(FaultError, match=r"scope 'rank:1' matches no process.*::Worker"):
+        ProcessPause(replica, RUN_ID, ledger, scope="rank:1").inject()
     assert ledger.pending() == []
     assert probe(url, completion=True).ok
     fault = ProcessPause(replica, RUN_ID, ledger, **how)
@@ -555,6 +560,8 @@ def test_pausing_only_the_engine_leaves_health_answering_200_while_no_token_come
         paused = injected["pids"]
         others = [p for p in replica.pids() if p not in paused]
         assert len(paused) == 1 and others, (paused, others)
+        assert ("::Worker" if how.get("scope") == "rank:0" else "EngineCore") in \
+            proc_names(paused[0]), proc_names(paused[0])
         assert states(paused) == {paused[0]: "T"}
         assert "T" not in states(others).values(), states(others)
         stalled = probe(url, completion=True, timeout=3)

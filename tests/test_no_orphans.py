@@ -17,8 +17,9 @@ import pytest
 
 from faults.base import FaultError
 from faults.ledger import Ledger
-from faults.node_processes import SCOPES, is_same, node_members, scope_pids
+from faults.node_processes import SCOPES, is_same, node_members, scope_pids, worker_ranks
 from faults.process_kill import ProcessKill
+from faults.process_pause import ProcessPause
 from invariants import DEFAULT_CHECKERS, NoOrphans, RunContext
 from nodes.local import LocalNode
 from nodes.ports import free_ports
@@ -187,8 +188,32 @@ def test_scopes_are_checked_before_anything_changes(escaping_node, tmp_path):
     with pytest.raises(FaultError, match="matches no process of escaper; its members are"):
         scope_pids(escaping_node, "engine_core", "process_kill")
     assert scope_pids(escaping_node, "api_server", "process_kill") == [escaping_node.pid]
-    assert set(SCOPES) == {"node", "api_server", "engine_core"}
+    assert set(SCOPES) == {"node", "api_server", "engine_core", "rank:N"}
+    for bad in ("rank:", "rank:x", "rank:-1", "rank:N", "rank: 1"):
+        with pytest.raises(FaultError, match=f"scope {bad!r} is unknown.*rank:N"):
+            ProcessPause(escaping_node, "t", Ledger(tmp_path / "l"), scope=bad)
+    # A node with no vLLM worker: rank 0 matches nothing, and says what is there.
+    with pytest.raises(FaultError, match="scope 'rank:0' matches no process of escaper"):
+        scope_pids(escaping_node, "rank:0", "process_pause")
     assert escaping_node.is_running()
+
+
+@pytest.mark.parametrize("names, ranks", [
+    ("VLLM::Worker VLLM::Worker", {0}),                      # no tensor parallelism
+    ("VLLM::Worker_TP VLLM::Worker_TP1", {1}),               # comm cut at 15 bytes
+    ("VLLM::Worker_TP VLLM::Worker_TP0_EP0", {0}),
+    ("VLLM::Worker_PP VLLM::Worker_PP1_TP3", {3}),
+    ("VLLM::Worker_DP VLLM::Worker_DP1", {0}),               # data parallel only: TP rank 0
+    ("myco::Worker_TP2 myco::Worker_TP2", {2}),              # VLLM_PROCESS_NAME_PREFIX
+    ("VLLM::EngineCor VLLM::EngineCore", set()),
+    ("python3 python3 -m vllm.entrypoints.openai.api_server --model m", set()),
+    ("VLLM::Workers VLLM::Worker_TPX", set()),
+    ("", set()),
+])
+def test_a_workers_tensor_parallel_rank_is_read_from_vllms_process_title(names, ranks):
+    """vLLM's multiprocessing executor titles each worker (setproctitle):
+    rank:N picks the ``_TP<N>`` one, or the plain "Worker" as rank 0."""
+    assert worker_ranks(names) == ranks
 
 
 def test_windows_itemised_are_bounded_and_every_orphan_is_counted():
