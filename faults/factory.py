@@ -26,6 +26,26 @@ from .targets import select
 GPU_KINDS = ("gpu_throttle", "gpu_memory_pressure")
 
 
+def rank_device(kind: str, node: Any, rank: Any, device: Any) -> int:
+    """The GPU of tensor-parallel rank ``rank`` of a GPU vLLM replica (its
+    ``gpu_devices``, engines/vllm/gpus.py), for a GPU fault on that rank
+    only (issue 45); FaultError, before anything changes, where there is
+    no such rank."""
+    devices = tuple(getattr(node, "gpu_devices", None) or ())
+    if device is not None:
+        raise FaultError(f"{kind}: give rank={rank!r} or device={device!r}, not both")
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+        raise FaultError(f"{kind}: rank={rank!r}: give a tensor-parallel rank, 0 or more")
+    if not devices:
+        raise FaultError(f"{kind}: rank={rank} picks a GPU of a replica run with tensor "
+                         f"parallelism, and {getattr(node, 'name', node)} has no GPU placement "
+                         "(the CPU build, or not a vLLM replica)")
+    if rank >= len(devices):
+        raise FaultError(f"{kind}: rank={rank}: {node.name} has tensor-parallel rank(s) "
+                         f"0..{len(devices) - 1} (GPUs {list(devices)})")
+    return devices[rank]
+
+
 def fault_class(kind: str) -> type[Fault]:
     try:
         return REGISTRY[kind]
@@ -93,7 +113,9 @@ def build_faults(kind: str, target: str, cluster: Cluster, run_id: str, ledger: 
     for obj in objs:
         own = dict(params)
         placed = getattr(obj, "gpu_device", None)  # a GPU vLLM replica's own GPU
-        if kind in GPU_KINDS and "device" not in own and placed is not None:
+        if kind in GPU_KINDS and "rank" in own:
+            own["device"] = rank_device(kind, obj, own.pop("rank"), own.get("device"))
+        elif kind in GPU_KINDS and "device" not in own and placed is not None:
             own["device"] = placed
         try:
             out.append(cls(obj, run_id, ledger, **own))

@@ -17,6 +17,7 @@ from engines.vllm.gpus import (
     parse_replica_gpus,
     plan_gpus,
     start_waves,
+    tensor_parallel_size,
 )
 from engines.vllm.nodes import (
     ORDEAL_ENGINE_DEFAULTS,
@@ -151,3 +152,100 @@ def test_the_router_is_found_beside_the_vllm_python_first(tmp_path):
     assert router_executable(str(tmp_path / "bin" / "python")) == str(router)
     assert router_executable(sys.executable) == router_executable()  # the harness's own
     assert router_executable(sys.executable).startswith(str(Path(sys.executable).parent))
+
+
+# -- tensor parallelism (issue 45): N GPUs per replica, a fault on one rank ----------
+
+
+@pytest.mark.parametrize("args, size", [
+    ((), 1), (("--max-num-seqs", "4"), 1), (("--tensor-parallel-size", "2"), 2),
+    (("--tensor-parallel-size=4",), 4), (("-tp", "2"), 2), (("-tp=2", "-tp", "1"), 1),
+])
+def test_the_tensor_parallel_size_is_read_from_the_users_engine_args(args, size):
+    assert tensor_parallel_size(args) == size
+
+
+@pytest.mark.parametrize("args", [("--tensor-parallel-size",), ("-tp", "two"), ("-tp=0",)])
+def test_a_bad_tensor_parallel_size_is_refused(args):
+    with pytest.raises(ConfigError, match="--tensor-parallel-size .*: give a whole number"):
+        tensor_parallel_size(args)
+
+
+@pytest.mark.parametrize("replicas, gpus, choice, visible, devices", [
+    (1, 2, "auto", ["0,1"], [(0, 1)]),
+    (2, 4, "auto", ["0,1", "2,3"], [(0, 1), (2, 3)]),
+    (2, 8, "auto", ["0,1", "2,3"], [(0, 1), (2, 3)]),
+    (2, 4, (3, 2, 1, 0), ["3,2", "1,0"], [(3, 2), (1, 0)]),
+])
+def test_a_tensor_parallel_replica_gets_a_gpu_per_rank_of_its_own(replicas, gpus, choice,
+                                                                   visible, devices):
+    plan = plan_gpus(replicas, gpus, choice, tp=2)
+    assert [p.visible for p in plan] == visible
+    assert [p.rank_devices for p in plan] == devices
+    assert [p.device for p in plan] == [d[0] for d in devices]  # rank 0's
+    assert all(p.memory_utilization == 0.7 and "tensor-parallel ranks" in p.why for p in plan)
+    assert start_waves(plan) == [list(range(replicas))]  # no GPU shared: all at once
+
+
+def test_too_few_gpus_for_the_ranks_or_a_shared_one_is_refused():
+    with pytest.raises(ConfigError, match=r"2 replica\(s\) x --tensor-parallel-size 2 need 4 "
+                                          r"GPUs, and 2 are given"):
+        plan_gpus(2, 2, "auto", tp=2)
+    with pytest.raises(ConfigError, match="--replica-gpus shared puts every replica on GPU 0"):
+        plan_gpus(2, 4, "shared", tp=2)
+    with pytest.raises(ConfigError, match="a GPU is named twice"):
+        plan_gpus(1, 4, (0, 0), tp=2)
+    with pytest.raises(ConfigError, match=r"GPU\(s\) \[5\] do not exist here"):
+        plan_gpus(1, 4, (0, 5), tp=2)
+
+
+def test_the_ranks_gpus_are_placed_and_recorded_from_the_engine_args(monkeypatch):
+    import types
+
+    from engines.vllm import adapter
+    gpu = VllmBuild("/venv/bin/python", "vllm", "0.26.0", "cuda", gpus=4)
+    monkeypatch.setattr(adapter, "detect_build", lambda _python: gpu)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    said: list[str] = []
+    spec = ClusterSpec(replicas=2, engine_args=("--tensor-parallel-size", "2"))
+    cluster = types.SimpleNamespace(spec=spec, progress=said.append)
+    adapter.place_replicas(cluster)
+    assert [p.visible for p in cluster.gpu_plan] == ["4,5", "6,7"]  # the machine's indices
+    assert [p.rank_devices for p in cluster.gpu_plan] == [(0, 1), (2, 3)]  # the harness's
+    recorded = cluster.stack_extra["replica_gpus"]
+    assert recorded["replica-1"]["devices"] == (2, 3) and recorded["replica-1"]["visible"] == "6,7"
+    assert "replica-0 on GPU 4,5" in said[-1] and cluster.start_waves == [[0, 1]]
+
+
+def test_a_gpu_fault_on_one_rank_takes_that_ranks_gpu_and_only_where_it_exists(tmp_path):
+    """``rank=N`` on gpu_throttle / gpu_memory_pressure: the GPU of that
+    rank of the chosen replica (its placement's devices), refused before
+    anything changes where the replica has no such rank."""
+    import random
+    import types
+
+    from faults.base import FaultError
+    from faults.factory import build_faults
+    from faults.ledger import Ledger
+
+    def cluster_of(node):
+        return types.SimpleNamespace(nodes=[node], links=[], replicas=lambda: [node],
+                                     node=lambda name: node)
+    tp2 = types.SimpleNamespace(name="replica-0", role="replica", gpu_device=2,
+                                gpu_devices=(2, 3))
+    ledger, rng = Ledger(tmp_path / "ledger"), random.Random(0)
+    for kind in ("gpu_throttle", "gpu_memory_pressure"):
+        [rank1] = build_faults(kind, "replica-0", cluster_of(tp2), "t", ledger, rng, {"rank": 1})
+        [plain] = build_faults(kind, "replica-0", cluster_of(tp2), "t", ledger, rng)
+        assert (rank1.device, plain.device) == (3, 2)
+        with pytest.raises(FaultError, match=r"rank=2: replica-0 has tensor-parallel rank\(s\) "
+                                             r"0..1 \(GPUs \[2, 3\]\)"):
+            build_faults(kind, "replica-0", cluster_of(tp2), "t", ledger, rng, {"rank": 2})
+        with pytest.raises(FaultError, match="not both"):
+            build_faults(kind, "replica-0", cluster_of(tp2), "t", ledger, rng,
+                         {"rank": 0, "device": 1})
+        cpu = types.SimpleNamespace(name="replica-0", role="replica", gpu_device=None,
+                                    gpu_devices=())
+        with pytest.raises(FaultError, match="has no GPU placement"):
+            build_faults(kind, "replica-0", cluster_of(cpu), "t", ledger, rng, {"rank": 0})
+    assert ledger.pending() == []

@@ -12,7 +12,13 @@ from typing import Any
 
 from engines.base import ClientCounts, Upstream
 from engines.vllm.cpus import replica_cpus
-from engines.vllm.gpus import detect_build, parse_replica_gpus, plan_gpus, start_waves
+from engines.vllm.gpus import (
+    detect_build,
+    parse_replica_gpus,
+    plan_gpus,
+    start_waves,
+    tensor_parallel_size,
+)
 from engines.vllm.model import ensure_tiny_model, resolve_model
 from engines.vllm.nodes import (
     ORDEAL_ENGINE_DEFAULTS,
@@ -80,7 +86,8 @@ def place_replicas(cluster: Any) -> None:
     cluster.start_waves = None  # None: every replica at once
     extra: dict[str, Any] = {"vllm_build": build.describe()}
     if build.gpu:
-        plan = plan_gpus(spec.replicas, build.gpus, parse_replica_gpus(spec.replica_gpus))
+        plan = plan_gpus(spec.replicas, build.gpus, parse_replica_gpus(spec.replica_gpus),
+                         tensor_parallel_size(spec.engine_args))
         env = os.environ.get("CUDA_VISIBLE_DEVICES")
         outer = list(range(build.gpus)) if env is None else visible_gpus(env, 1 << 16)
         if len(outer) < build.gpus:
@@ -88,7 +95,8 @@ def place_replicas(cluster: Any) -> None:
                               "index and cannot read this list (UUIDs or MIG ids); give "
                               "indices, e.g. CUDA_VISIBLE_DEVICES=0,1")
         # An index is one of the harness's own visible GPUs (an xdist worker's).
-        cluster.gpu_plan = [dataclasses.replace(p, visible=str(outer[p.device])) for p in plan]
+        cluster.gpu_plan = [dataclasses.replace(
+            p, visible=",".join(str(outer[d]) for d in p.rank_devices)) for p in plan]
         cluster.start_waves = start_waves(cluster.gpu_plan)
         gpu_env = replica_env({}, gpu=cluster.gpu_plan[0])
         extra.update({

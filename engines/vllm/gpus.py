@@ -12,7 +12,10 @@ before every cluster start on CPU machines); the ``vllm`` distribution with
 ``torch.cuda.is_available()`` is the GPU build.
 
 Placement (``plan_gpus``, pure): with at least as many GPUs as replicas, one
-GPU each (``CUDA_VISIBLE_DEVICES``); with fewer, replicas share a GPU. Either
+GPU each (``CUDA_VISIBLE_DEVICES``); with fewer, replicas share a GPU. A
+replica run with tensor parallelism (``--tensor-parallel-size N`` in the
+user's ``--engine-args``, issue 45) gets N GPUs of its own, rank r on the
+r-th (vLLM gives local rank r the r-th visible device), never shared. Either
 way the replicas on a GPU take ``SHARE_OF_A_GPU`` of its memory together
 (``--gpu-memory-utilization``, split between them), so they fit and leave
 room for what the GPU faults' co-tenants take. Every choice is a setting Ordeal
@@ -26,6 +29,7 @@ import json
 import math
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
 
@@ -126,6 +130,13 @@ class GpuPlacement:
     memory_utilization: float | None
     device: int
     why: str
+    #: With tensor parallelism, the GPU of each rank in rank order (the
+    #: harness's indices; ``device`` is rank 0's); empty: ``(device,)``.
+    devices: tuple[int, ...] = ()
+
+    @property
+    def rank_devices(self) -> tuple[int, ...]:
+        return self.devices or (self.device,)
 
 
 def parse_replica_gpus(text: str) -> str | tuple[int, ...]:
@@ -142,12 +153,38 @@ def parse_replica_gpus(text: str) -> str | tuple[int, ...]:
     return indices
 
 
-def plan_gpus(replicas: int, gpus: int, choice: str | tuple[int, ...]) -> list[GpuPlacement]:
+#: vLLM's flags for the tensor-parallel size (``-tp`` is its short form).
+TP_FLAGS = ("--tensor-parallel-size", "-tp")
+
+
+def tensor_parallel_size(engine_args: Sequence[str]) -> int:
+    """The tensor-parallel size the user's ``--engine-args`` give each
+    replica (vLLM takes a flag's last value), 1 without one."""
+    size = "1"
+    args = list(engine_args)
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name in TP_FLAGS:
+            if not eq:
+                value = args[i + 1] if i + 1 < len(args) else ""
+            size = value
+    if not size.isdigit() or int(size) < 1:
+        raise ConfigError(f"--engine-args: --tensor-parallel-size {size!r}: give a whole "
+                          "number of GPUs per replica, 1 or more")
+    return int(size)
+
+
+def plan_gpus(replicas: int, gpus: int, choice: str | tuple[int, ...],
+              tp: int = 1) -> list[GpuPlacement]:
     """Each replica's GPU. ``auto``: one GPU each when there are enough,
     else round robin with the GPU shared; ``shared``: every replica on GPU
-    0; indices: replica i on the i-th index, round robin."""
+    0; indices: replica i on the i-th index, round robin. With ``tp`` > 1
+    (tensor parallelism) each replica takes ``tp`` GPUs of its own, in the
+    order of ``auto``'s GPUs or of the indices given."""
     if gpus < 1:
         raise ConfigError("the GPU build of vLLM needs a GPU, and none is visible")
+    if tp > 1:
+        return _plan_tensor_parallel(replicas, gpus, choice, tp)
     if choice == "shared":
         order = [0] * replicas
     elif choice == "auto":
@@ -173,6 +210,39 @@ def plan_gpus(replicas: int, gpus: int, choice: str | tuple[int, ...]) -> list[G
     return out
 
 
+def _plan_tensor_parallel(replicas: int, gpus: int, choice: str | tuple[int, ...],
+                          tp: int) -> list[GpuPlacement]:
+    """``tp`` GPUs per replica, none shared: a rank's GPU shared with
+    another replica's rank would make the other's straggler figures and the
+    GPU faults on one rank meaningless."""
+    if choice == "shared":
+        raise ConfigError(f"--replica-gpus shared puts every replica on GPU 0, and "
+                          f"--tensor-parallel-size {tp} needs {tp} GPUs per replica: use auto "
+                          "or GPU indices")
+    pool = list(range(gpus)) if choice == "auto" else list(choice)
+    bad = [i for i in pool if i >= gpus]
+    if bad:
+        raise ConfigError(f"--replica-gpus: GPU(s) {bad} do not exist here ({gpus} visible: "
+                          f"0..{gpus - 1})")
+    if len(set(pool)) != len(pool):
+        raise ConfigError(f"--replica-gpus {','.join(map(str, pool))}: a GPU is named twice; "
+                          "with tensor parallelism each rank needs a GPU of its own")
+    need = replicas * tp
+    if len(pool) < need:
+        raise ConfigError(f"{replicas} replica(s) x --tensor-parallel-size {tp} need {need} "
+                          f"GPUs, and {len(pool)} are given ({gpus} visible); use fewer "
+                          "--replicas or a smaller tensor-parallel size")
+    out = []
+    for i in range(replicas):
+        devices = tuple(pool[i * tp:(i + 1) * tp])
+        out.append(GpuPlacement(
+            ",".join(map(str, devices)), SHARE_OF_A_GPU, devices[0],
+            f"{tp} GPUs of its own for its {tp} tensor-parallel ranks (rank r on the r-th): "
+            f"{SHARE_OF_A_GPU:g} of each one's memory, the rest left for the GPU faults' "
+            "co-tenants", devices))
+    return out
+
+
 def start_waves(plan: list[GpuPlacement]) -> list[list[int]]:
     """Replica indices to start together, wave after wave: at most one
     replica per GPU in a wave. vLLM (0.26 seen on an H100, 2026-12-07)
@@ -183,8 +253,9 @@ def start_waves(plan: list[GpuPlacement]) -> list[list[int]]:
     taken: dict[int, int] = {}
     waves: list[list[int]] = []
     for i, p in enumerate(plan):
-        k = taken.get(p.device, 0)
-        taken[p.device] = k + 1
+        k = max(taken.get(d, 0) for d in p.rank_devices)
+        for d in p.rank_devices:
+            taken[d] = k + 1
         if k == len(waves):
             waves.append([])
         waves[k].append(i)

@@ -170,6 +170,9 @@ class VllmReplica(LocalNode):
         self.config = config
         #: The index the GPU faults act on (engines/vllm/gpus.py); None on CPU.
         self.gpu_device = None if gpu is None else gpu.device
+        #: Each tensor-parallel rank's GPU, rank order (one entry without
+        #: tensor parallelism); empty on CPU. A GPU fault's ``rank`` picks one.
+        self.gpu_devices: tuple[int, ...] = () if gpu is None else gpu.rank_devices
         super().__init__(name, "replica", endpoint,
                          ManagedProcess(name, argv, env, log_path, cluster_id,
                                         cpus=cpus if gpu is None else None),
