@@ -15,8 +15,10 @@ process (a vLLM engine core), a crash ends the API server alone.
   vLLM's multiprocessing executor titles each worker "VLLM::Worker" plus a
   segment per parallel dimension larger than one ("VLLM::Worker_TP1",
   "VLLM::Worker_PP0_TP1_EP1"): rank N is the ``_TP<N>`` segment, or, without
-  tensor parallelism, the one plain "VLLM::Worker" as rank 0. A rank that
-  hangs (in NCCL, on a GPU) stops decoding while /health still says 200.
+  tensor parallelism, the one plain "VLLM::Worker" as rank 0, and where no
+  worker process exists (vLLM's single-process executor, a GPU replica
+  without tensor parallelism) the EngineCore that runs rank 0's worker. A
+  rank that hangs (in NCCL, on a GPU) stops decoding while /health says 200.
 
 One trap, seen: vLLM's EngineCore renames itself with setproctitle, which
 overwrites the memory /proc/<pid>/environ reads, so its label is gone. Such
@@ -155,7 +157,12 @@ def scope_pids(node: Node, scope: str, kind: str) -> list[int]:
     if scope == "api_server":
         chosen = [p for p in pids if p == leader]
     elif rank is not None:
-        chosen = [p for p in pids if int(rank.group(1)) in worker_ranks(proc_names(p))]
+        names = {p: proc_names(p) for p in pids}
+        chosen = [p for p in pids if int(rank.group(1)) in worker_ranks(names[p])]
+        if not chosen and rank.group(1) == "0" and not any(map(worker_ranks, names.values())):
+            # One GPU, no tensor parallelism: vLLM's single-process executor
+            # runs rank 0's worker inside the EngineCore process.
+            chosen = [p for p in pids if ENGINE_CORE in names[p]]
     else:
         chosen = [p for p in pids if ENGINE_CORE in proc_names(p)]
     if pids and not chosen:

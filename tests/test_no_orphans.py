@@ -17,7 +17,14 @@ import pytest
 
 from faults.base import FaultError
 from faults.ledger import Ledger
-from faults.node_processes import SCOPES, is_same, node_members, scope_pids, worker_ranks
+from faults.node_processes import (
+    SCOPES,
+    is_same,
+    node_members,
+    proc_names,
+    scope_pids,
+    worker_ranks,
+)
 from faults.process_kill import ProcessKill
 from faults.process_pause import ProcessPause
 from invariants import DEFAULT_CHECKERS, NoOrphans, RunContext
@@ -289,3 +296,55 @@ def test_the_monitor_names_what_of_a_dead_node_s_group_runs_on(tmp_path):
                for i, t in enumerate((1, 12))]
         r = NoOrphans().check(ops, CTX)
         assert r.valid is False and r.counterexamples[0]["pid"] == child.pid
+
+
+TITLED = r"""
+import http.server, os, subprocess, sys
+port = int(sys.argv[1])
+# Children whose command lines end with vLLM's process titles (what
+# setproctitle leaves in /proc/PID/cmdline); the leader's own does not.
+for title in os.environ["TITLES"].split(","):
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", title])
+class Ok(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
+http.server.HTTPServer(("127.0.0.1", port), Ok).serve_forever()
+"""
+
+
+@pytest.mark.parametrize("titles, picks", [
+    (("VLLM::EngineCore", "VLLM::Worker_TP0", "VLLM::Worker_TP1"),
+     {"rank:0": "VLLM::Worker_TP0", "rank:1": "VLLM::Worker_TP1", "rank:2": None}),
+    # One GPU, no tensor parallelism: no worker process; rank 0 runs in EngineCore.
+    (("VLLM::EngineCore",), {"rank:0": "VLLM::EngineCore", "rank:1": None}),
+])
+def test_a_rank_scope_picks_that_ranks_worker_or_the_engine_that_runs_rank_0(
+        tmp_path, titles, picks):
+    port = free_ports(1)[0]
+    proc = ManagedProcess("titled", [sys.executable, "-c", TITLED, str(port)],
+                          {**os.environ, "TITLES": ",".join(titles)}, tmp_path / "titled.log",
+                          "orphan-test")
+    node = LocalNode("titled", "replica", Endpoint("127.0.0.1", port), proc, hint="")
+    node.start()
+    members = []
+    try:
+        node.wait_ready(30)
+        deadline = time.monotonic() + 10
+        while len(node.pids()) < 1 + len(titles) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        members = node_members(node)
+        by_title = {t: [p for p in node.pids() if proc_names(p).endswith(t)] for t in titles}
+        assert all(len(v) == 1 for v in by_title.values()), by_title
+        for scope, title in picks.items():
+            if title is None:
+                with pytest.raises(FaultError, match=f"scope '{scope}' matches no process"):
+                    scope_pids(node, scope, "process_pause")
+            else:
+                assert scope_pids(node, scope, "process_pause") == by_title[title], scope
+    finally:
+        node.stop(grace=2)
+        for m in members:
+            if is_same(m):
+                os.kill(m.pid, signal.SIGKILL)
