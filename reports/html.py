@@ -20,6 +20,7 @@ import math
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -774,17 +775,8 @@ def render_interim(run_dir: Path, interim: dict[str, Any],
                    faults: list[dict[str, Any]]) -> Path:
     """Write the interim ``report.html`` (``build_interim_page``); never
     raises, like ``render_report``: the run goes on whatever the page."""
-    run_dir = Path(run_dir)
-    out = run_dir / REPORT_NAME
-    try:
-        page = build_interim_page(interim, faults, run_dir.name)
-    except Exception as e:  # noqa: BLE001
-        page = (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Ordeal interim"
-                f"</title></head><body><h1>Interim page could not be drawn</h1><pre>"
-                f"{escape(f'{type(e).__name__}: {e}')}</pre><p>See interim.json in "
-                f"{escape(str(run_dir))}.</p></body></html>\n")
-    _write_page(out, page)
-    return out
+    return _render(Path(run_dir), lambda: build_interim_page(interim, faults, Path(run_dir).name),
+                   "Interim page", "interim.json")
 
 
 def render_report(run_dir: Path) -> Path:
@@ -792,15 +784,21 @@ def render_report(run_dir: Path) -> Path:
     raises: the harness calls it last, and a broken report must not hide the
     run's result. If the page cannot be built, a short page says why; if it
     cannot be written, the reason goes to stderr."""
-    run_dir = Path(run_dir)
+    return _render(Path(run_dir), lambda: build_page(Path(run_dir)), "Report",
+                   "summary.json and history.jsonl")
+
+
+def _render(run_dir: Path, build: Callable[[], str], what: str, see: str) -> Path:
+    """``build()``'s page as report.html; if it raises, a short page that
+    says why and where the run's data is (``see``)."""
     out = run_dir / REPORT_NAME
     try:
-        page = build_page(run_dir)
+        page = build()
     except Exception as e:  # noqa: BLE001
-        page = (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Ordeal report"
-                f"</title></head><body><h1>Report could not be drawn</h1><pre>"
-                f"{escape(f'{type(e).__name__}: {e}')}</pre><p>See summary.json and "
-                f"history.jsonl in {escape(str(run_dir))}.</p></body></html>\n")
+        page = (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Ordeal {what}"
+                f"</title></head><body><h1>{what} could not be drawn</h1><pre>"
+                f"{escape(f'{type(e).__name__}: {e}')}</pre><p>See {see} in "
+                f"{escape(str(run_dir))}.</p></body></html>\n")
     _write_page(out, page)
     return out
 

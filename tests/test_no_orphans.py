@@ -298,20 +298,13 @@ def test_the_monitor_names_what_of_a_dead_node_s_group_runs_on(tmp_path):
         assert r.valid is False and r.counterexamples[0]["pid"] == child.pid
 
 
-TITLED = r"""
-import http.server, os, subprocess, sys
-port = int(sys.argv[1])
-# Children whose command lines end with vLLM's process titles (what
-# setproctitle leaves in /proc/PID/cmdline); the leader's own does not.
-for title in os.environ["TITLES"].split(","):
-    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", title])
-class Ok(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.send_header("content-length", "0")
-        self.end_headers()
-http.server.HTTPServer(("127.0.0.1", port), Ok).serve_forever()
-"""
+#: BLANK's children, titled: their command lines end with vLLM's process
+#: titles (what setproctitle leaves in /proc/PID/cmdline); the leader's not.
+TITLED = BLANK.replace(
+    'subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env={})',
+    'import os\nfor title in os.environ["TITLES"].split(","):\n'
+    '    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", title])')
+assert TITLED != BLANK
 
 
 @pytest.mark.parametrize("titles, picks", [
