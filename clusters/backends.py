@@ -15,8 +15,8 @@ from clusters.local import LocalCluster
 from clusters.ray import RayCluster, RayError
 from engines.triton.haproxy import HaproxyMissing
 from engines.triton.server import TritonMissing
-from faults.containers import DockerUnavailable
 from ordeal.config import ClusterSpec, ConfigError
+from ordeal.containers import DockerUnavailable
 from ordeal.target import TargetSpec
 
 #: Errors that mean "this backend cannot start here", each with a message

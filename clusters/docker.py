@@ -15,7 +15,7 @@ host with ``nsenter``; signals go to the container's processes by their
 host pids. So containers run with every capability dropped and
 ``no-new-privileges``: nothing in them can change the network or the host.
 
-Everything created carries the labels of ``faults.containers``; teardown
+Everything created carries the labels of ``ordeal.containers``; teardown
 removes the cluster's containers and network, and a crashed harness's are removed
 by label (``python -m faults heal-all``, and at every suite start).
 
@@ -61,8 +61,10 @@ from engines.vllm.nodes import (
     server_args,
 )
 from engines.vllm.startup import failure_reason
-from faults.clock_drift import DEBIAN_LIBFAKETIME, faketime_env, prepare_clock_file
-from faults.containers import (
+from nodes.ports import free_ports
+from nodes.waits import wait_http_ok
+from ordeal.config import ClusterSpec
+from ordeal.containers import (
     CLUSTER_LABEL,
     IMAGE_LABEL,
     NODE_LABEL,
@@ -71,9 +73,7 @@ from faults.containers import (
     container_members,
     docker_client,
 )
-from nodes.ports import free_ports
-from nodes.waits import wait_http_ok
-from ordeal.config import ClusterSpec
+from ordeal.faketime import DEBIAN_LIBFAKETIME, faketime_env, prepare_clock_file
 from ordeal.ownership import (
     CLUSTER_ENV,
     NODE_ENV,

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from clusters.docker_image import ensure_base_image
-from faults.clock_drift import DEBIAN_LIBFAKETIME, libfaketime_library
-from faults.containers import IMAGE_LABEL, DockerUnavailable, docker_client
+from ordeal.containers import IMAGE_LABEL, DockerUnavailable, docker_client
+from ordeal.faketime import DEBIAN_LIBFAKETIME, libfaketime_library
 
 Progress = Callable[[str], None]
 

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from faults.containers import IMAGE_LABEL, DockerUnavailable, docker_client
+from ordeal.containers import IMAGE_LABEL, DockerUnavailable, docker_client
 
 Progress = Callable[[str], None]
 

@@ -33,13 +33,12 @@ from engines.registry import engine_for
 from faults.base import FaultError
 from faults.hook import HookFault
 from faults.proxy.client import ProxyError, ToxiproxyClient
-from faults.safety import require_ours
 from load.workload import ClientOptions
 from nodes.external import ExternalNode
 from nodes.ports import free_ports
 from nodes.process import ManagedProcess
 from ordeal.config import ClusterSpec, ConfigError
-from ordeal.ownership import SESSION_NETWORKS, Allowance
+from ordeal.ownership import SESSION_NETWORKS, Allowance, NotOurs
 from ordeal.target import TargetSpec, TargetURL, ToxiproxyTarget
 from ordeal.topology import Endpoint, Link
 
@@ -89,8 +88,8 @@ def toxiproxy_links(tp: ToxiproxyTarget) -> list[Link]:
     server now (it must exist) and its addresses read from it."""
     control = Endpoint(tp.url.host, tp.url.port, tp.url.scheme)
     try:
-        require_ours(control, "--target toxiproxy.url")
-    except FaultError as e:
+        SESSION_NETWORKS.require_ours(control, "--target toxiproxy.url")
+    except NotOurs as e:
         raise ConfigError(str(e)) from None
     client = ToxiproxyClient(control, dict(tp.links))
     out = []
@@ -103,8 +102,8 @@ def toxiproxy_links(tp: ToxiproxyTarget) -> list[Link]:
             "router", name.removeprefix("router-"))
         listen = _host_port(got["listen"], tp.url.host)
         try:  # only the listen side is reached from here (the upstream, by Toxiproxy)
-            require_ours(listen, f"--target [toxiproxy] link {name} listen")
-        except FaultError as e:
+            SESSION_NETWORKS.require_ours(listen, f"--target [toxiproxy] link {name} listen")
+        except NotOurs as e:
             raise ConfigError(str(e)) from None
         out.append(Link(name, src, dst, listen, _host_port(got["upstream"], tp.url.host),
                         control, api="toxiproxy", proxy=proxy))
@@ -194,8 +193,9 @@ class ExternalCluster(ClusterBase):
         urls = [("entrypoint", t.entrypoint)] + [(r.name, r.url) for r in t.replicas]
         for what, url in urls:
             try:
-                require_ours(Endpoint(url.host, url.port), f"--target {what} {url.url}")
-            except FaultError as e:
+                SESSION_NETWORKS.require_ours(Endpoint(url.host, url.port),
+                                              f"--target {what} {url.url}")
+            except NotOurs as e:
                 raise ConfigError(str(e)) from None
         self.client_options.session_headers()  # the API key's variable is set, or say so now
         tls = self.client_options.ssl_context()

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ordeal.config import ConfigError
+from ordeal.containers import remove_leftovers
 from ordeal.ownership import reap_leftovers
 from ordeal.target import TargetSpec, read_target_file
 from ordeal.topology import L4_LINK_KINDS, LINK_KINDS
@@ -29,7 +30,6 @@ from ordeal.topology import L4_LINK_KINDS, LINK_KINDS
 from . import chaos_mesh
 from .base import is_root, user_name
 from .catalogue import BACKEND_KINDS, KINDS, REGISTRY
-from .containers import remove_leftovers
 from .heal_all import heal_all
 from .ledger import Ledger
 from .ray_node import remove_leftovers as remove_ray_leftovers

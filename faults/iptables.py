@@ -27,10 +27,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ordeal.containers import container_pid
 from ordeal.topology import Endpoint, Node
 
 from .base import Effect, Fault, FaultError, healed
-from .containers import container_pid
 from .ledger import Ledger, LedgerEntry
 from .safety import require_ours, require_running
 

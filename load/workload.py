@@ -66,11 +66,10 @@ from typing import Any, Awaitable, Callable, Iterator, Literal, Protocol
 
 import aiohttp
 
-from faults.base import FaultError
-from faults.safety import require_ours
 from load.sse import SSEParser, StreamRecorder
 from ordeal.config import ConfigError, read_input
 from ordeal.history.writer import History, HistoryWriteError
+from ordeal.ownership import SESSION_NETWORKS, NotOurs
 from ordeal.topology import Endpoint as Address
 
 Endpoint = Literal["completions", "chat"]
@@ -858,7 +857,7 @@ def url_endpoint(url: str) -> Address:
     """The host and port a base URL sends to (default ports by scheme)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise FaultError(f"load: {url!r} is not an http(s) URL with a host")
+        raise NotOurs(f"load: {url!r} is not an http(s) URL with a host")
     return Address(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
 
 
@@ -1011,7 +1010,8 @@ class WorkloadRunner:
         self.gate: Callable[[float], Awaitable[bool]] | None = None
         self.spec = spec
         self.base_url = base_url.rstrip("/")
-        require_ours(url_endpoint(self.base_url), "load")  # before any request is sent
+        # Before any request is sent (NotOurs names the address and the fix).
+        SESSION_NETWORKS.require_ours(url_endpoint(self.base_url), "load")
         self.history = history
         self.progress = progress
         self.progress_every_s = progress_every_s

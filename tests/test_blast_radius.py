@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
                                  "http://[2001:db8::1]:8000", "http://192.168.1.1"])
 def test_load_to_an_outside_address_is_refused_before_anything_is_sent(tmp_path, url):
     history = History(tmp_path / "history.jsonl")
-    with pytest.raises(FaultError, match=r"load: .*(refusing to touch|not an IP address)"):
+    with pytest.raises(NotOurs, match=r"load: .*(refusing to touch|not an IP address)"):
         WorkloadRunner(WorkloadSpec(duration_s=1.0), url, history)
     history.close()
     assert list(read_history(tmp_path / "history.jsonl")) == []  # nothing was recorded

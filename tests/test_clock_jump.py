@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 from harness_checks import negative_durations, pair_requests, read_intact
 
-from faults.clock_drift import EFFECT_DELAY_S, faketime_env, offset_spec, read_clock, write_clock
+from faults.clock_drift import EFFECT_DELAY_S, offset_spec
+from ordeal.faketime import faketime_env, read_clock, write_clock
 from reports.run_dir import RunDir
 from runs.run import OrdealRun
 from runs.single_fault import run_single_fault, split_by_phase

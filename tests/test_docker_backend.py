@@ -31,7 +31,6 @@ from engines.vllm.model import TinyModel
 from engines.vllm.nodes import SERVED_MODEL_NAME
 from faults import cgroup
 from faults.clock_drift import ClockDrift
-from faults.containers import CLUSTER_LABEL, docker_client
 from faults.gpu_throttle import GpuThrottle
 from faults.iptables import chain_exists, list_chains
 from faults.ledger import Ledger
@@ -42,6 +41,7 @@ from faults.process_kill import ProcessKill
 from faults.process_pause import ProcessPause
 from load.monitor import node_journal, sample_node
 from ordeal.config import ClusterSpec
+from ordeal.containers import CLUSTER_LABEL, docker_client
 from ordeal.ownership import reap_leftovers
 from ordeal.procfs import state as proc_state
 from ordeal.topology import NodeNotReady

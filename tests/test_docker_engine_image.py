@@ -20,9 +20,9 @@ import pytest
 from clusters.docker import DockerCluster, unavailable_reason
 from clusters.docker_engine_image import ENTRYPOINT, ensure_engine_image
 from clusters.docker_image import ensure_base_image
-from faults.containers import CLUSTER_LABEL, docker_client
 from nodes.process import REPO_ROOT
 from ordeal.config import ClusterSpec
+from ordeal.containers import CLUSTER_LABEL, docker_client
 from ordeal.topology import NodeNotReady
 
 # Asked per test, before its fixtures: under CI a stopped engine fails the

@@ -5,11 +5,10 @@ observations of each kind are tested where the kind is (test_kernel_faults,
 test_link_faults, test_process_faults, test_gpu_faults) and a whole run with
 a fault that does nothing in test_fault_effective_run."""
 
-from datetime import datetime, timedelta, timezone
-
 import json
 import threading
 import time
+from datetime import datetime, timedelta, timezone
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -17,13 +16,14 @@ from pathlib import Path
 import pytest
 
 from faults import clock_drift
-from faults.clock_drift import ClockDrift, prepare_clock_file, probe_clock
+from faults.clock_drift import ClockDrift, probe_clock
 from faults.ledger import Ledger
 from invariants import DEFAULT_CHECKERS, FaultEffective, RunContext
 from invariants.fault_effective import clock_threshold_s
 from invariants.settings import CheckerSettings
 from nodes.ports import free_ports
 from ordeal.config import ConfigError
+from ordeal.faketime import prepare_clock_file
 from ordeal.history.ops import MONITOR, NEMESIS, Op
 from ordeal.target import TRUSTABLE_KINDS, read_target_file
 from ordeal.topology import Endpoint

@@ -33,17 +33,15 @@ from faults.clock_drift import (
     NEUTRAL,
     ClockDrift,
     drift_spec,
-    faketime_env,
     is_neutral,
     offset_spec,
-    read_clock,
-    write_clock,
 )
 from faults.cotenant import mem_available_bytes, proc_start_time, rss_bytes
 from faults.gpu_memory_pressure import GpuMemoryPressure
 from faults.gpu_throttle import GpuThrottle
 from nodes.local import LocalNode
 from nodes.process import ManagedProcess, group_members
+from ordeal.faketime import faketime_env, read_clock, write_clock
 from ordeal.topology import Endpoint
 
 PY = sys.executable

@@ -53,6 +53,9 @@ def copy_tree(dst: Path) -> None:
     # two modules of one package importing each other
     ("load/sse.py", "import load.workload", "No import cycle between the modules of a package"),
     ("engines/vllm/adapter.py", "import engines.triton.models", "The vLLM engine does not know Triton"),
+    # a backend reaching into a fault kind's module (issue 41)
+    ("clusters/docker.py", "import faults.clock_drift",
+     "Engines and load do not import faults; clusters only its public seams"),
 ])
 def test_contracts_catch_a_planted_violation(tmp_path: Path, module: str, line: str,
                                              broken: str) -> None:

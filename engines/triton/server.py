@@ -41,10 +41,10 @@ from engines.triton.models import (
     repository_digest,
     write_repository,
 )
-from faults.clock_drift import faketime_env, prepare_clock_file
 from nodes.local import LocalNode
 from nodes.process import ManagedProcess
 from nodes.waits import wait_http_ok
+from ordeal.faketime import faketime_env, prepare_clock_file
 from ordeal.topology import Endpoint, NodeNotReady
 
 STUB_NUMPY = "numpy==1.26.4"

@@ -22,9 +22,9 @@ from typing import Any, Sequence
 
 from engines.vllm.gpus import GpuPlacement
 from engines.vllm.startup import failure_reason, startup_phases
-from faults.clock_drift import faketime_env, prepare_clock_file
 from nodes.local import LocalNode
 from nodes.process import REPO_ROOT, ManagedProcess
+from ordeal.faketime import faketime_env, prepare_clock_file
 from ordeal.topology import Endpoint
 
 SERVED_MODEL_NAME = "ordeal-tiny"

@@ -1,4 +1,6 @@
-"""A thin adapter over the Docker engine, for what faults and cleanup need.
+"""A thin adapter over the Docker engine, for what the Docker backend
+(clusters/), the faults that reach containers and the cleanup need; it sits
+here, below both, rather than in faults/ (issue 41).
 
 Everything the suite creates in Docker carries labels: ``ordeal.cluster``
 (the cluster id), ``ordeal.node`` (a container's node name), ``ordeal.owner``
@@ -22,9 +24,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ordeal.ownership import Owner
-
-from .base import FaultError
+from .ownership import Owner
 
 CLUSTER_LABEL = "ordeal.cluster"
 NODE_LABEL = "ordeal.node"
@@ -32,7 +32,7 @@ OWNER_LABEL = "ordeal.owner"
 IMAGE_LABEL = "ordeal.image"
 
 
-class DockerUnavailable(FaultError):
+class DockerUnavailable(RuntimeError):
     """No Docker SDK or no reachable engine; the message says what to do."""
 
 
