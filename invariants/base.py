@@ -19,6 +19,10 @@ from .settings import CheckerSettings
 
 Validity = bool | Literal["unknown"]
 MAX_COUNTEREXAMPLES = 5
+#: Fault windows a window checker shows one row each (failover, fault_slo,
+#: stream_continuity); every window is still counted in its totals and, when
+#: it broke the invariant, in ``violations_by_window``.
+MAX_WINDOW_ROWS = 32
 
 
 @dataclass(frozen=True)

@@ -54,13 +54,19 @@ from typing import Any
 from ordeal.history.ops import HARNESS, Op
 from ordeal.history.windows import CLOSED, HEALING, INJECT_FAILED, OPENED, FaultWindows
 
-from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
+from .base import (
+    MAX_COUNTEREXAMPLES,
+    MAX_WINDOW_ROWS,
+    Result,
+    RunContext,
+    StreamingChecker,
+    op_brief,
+)
 from .planted import is_withdrawn
 
 #: Fault kinds after which the target answers nothing until the heal.
 STOPS = frozenset({"process_kill", "process_pause", "network_partition", "ray_node_loss",
                    "ray_node_pause", "ray_node_partition"})
-MAX_WINDOW_ROWS = 32
 NO_NODE_NAMED = ("faults stopped replicas, but no answer named the replica that served it: "
                  "where requests went cannot be seen")
 _LINK = re.compile(r"^router-(replica-\d+)(-grpc)?$")

@@ -40,14 +40,20 @@ from typing import Any
 from ordeal.history.ops import HARNESS, Op
 from ordeal.history.windows import CLOSED, HEALING, INJECT_FAILED, OPENED, FaultWindows
 
-from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
+from .base import (
+    MAX_COUNTEREXAMPLES,
+    MAX_WINDOW_ROWS,
+    Result,
+    RunContext,
+    StreamingChecker,
+    op_brief,
+)
 from .failover import NO_NODE_NAMED, STOPS, partial_attribution, victim_of
 from .histogram import LatencyHistogram
 from .planted import is_withdrawn
 from .settings import FaultSLOTargets
 from .slo import DUE_METRICS
 
-MAX_WINDOW_ROWS = 32
 TARGETS = ("ttft_ms", "tpot_ms", "e2e_ms")
 
 

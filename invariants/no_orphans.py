@@ -25,7 +25,7 @@ nothing failed: no kill goes unjudged as true. The Ray node faults
 end the engines Ray orphans as part of their heal (``orphans_ended``); that
 is Ray's behaviour on a lost node, shown in their heal and not judged here.
 
-Memory: one counter set, at most ``MAX_WINDOW_ROWS`` windows itemised (a
+Memory: one counter set, at most ``MAX_ORPHAN_ROWS`` windows itemised (a
 violation in a window past them is counted, and no known finding can cover
 it; ``measured_by_window`` gives each itemised window's ``orphans``,
 ``scope`` and ``oldest_orphan_s``, the age the heal found its oldest orphan
@@ -42,7 +42,9 @@ from ordeal.history.windows import CLOSED, FaultWindows
 from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
 
 KILL = "process_kill"
-MAX_WINDOW_ROWS = 64  # windows itemised in violations_by_window; all are counted
+#: Windows itemised in violations_by_window (all are counted): twice the window
+#: checkers' rows (invariants.base), as a heal here is a row of its own.
+MAX_ORPHAN_ROWS = 64
 
 
 class NoOrphans(StreamingChecker):
@@ -112,7 +114,7 @@ class NoOrphans(StreamingChecker):
             return
         self.counts["orphans"] += len(orphans)
         self.counts["kills_with_orphans"] += 1
-        if len(self.by_window) < MAX_WINDOW_ROWS:
+        if len(self.by_window) < MAX_ORPHAN_ROWS:
             self.by_window[w.label] = len(orphans)
             ages = [o.get("alive_after_kill_s") for o in orphans]
             self.measured[w.label] = {

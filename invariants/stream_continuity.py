@@ -68,11 +68,17 @@ from typing import Any
 from ordeal.history.ops import HARNESS, Op
 from ordeal.history.windows import INJECT_FAILED, OPENED, FaultWindows
 
-from .base import MAX_COUNTEREXAMPLES, Result, RunContext, StreamingChecker, op_brief
+from .base import (
+    MAX_COUNTEREXAMPLES,
+    MAX_WINDOW_ROWS,
+    Result,
+    RunContext,
+    StreamingChecker,
+    op_brief,
+)
 from .planted import is_withdrawn
 
 KILL_KINDS = frozenset({"process_kill", "ray_node_loss"})
-MAX_WINDOW_ROWS = 32
 
 
 def tokens_seen(value: dict[str, Any]) -> tuple[int | None, str]:

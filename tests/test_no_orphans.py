@@ -224,13 +224,13 @@ def test_a_workers_tensor_parallel_rank_is_read_from_vllms_process_title(names, 
 
 
 def test_windows_itemised_are_bounded_and_every_orphan_is_counted():
-    from invariants.no_orphans import MAX_WINDOW_ROWS
+    from invariants.no_orphans import MAX_ORPHAN_ROWS
     orphan = {"pid": 1, "names": "x", "alive_after_kill_s": 11.0}
     heals = [{"scope": "node", "orphan_bound_s": 10, "orphans": [dict(orphan)]}
-             for _ in range(2 * MAX_WINDOW_ROWS)]
+             for _ in range(2 * MAX_ORPHAN_ROWS)]
     r = NoOrphans().check(history(*heals), CTX)
-    assert r.details["orphans"] == 2 * MAX_WINDOW_ROWS
-    assert len(r.details["violations_by_window"]) == MAX_WINDOW_ROWS
+    assert r.details["orphans"] == 2 * MAX_ORPHAN_ROWS
+    assert len(r.details["violations_by_window"]) == MAX_ORPHAN_ROWS
     assert len(r.counterexamples) == 5
 
 
