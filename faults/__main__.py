@@ -9,7 +9,8 @@ by group id, only when the owner harness is gone, and gone when it
 returns); then the faults still in the ledger (process faults whose cluster
 is gone need no repair: their entries are closed and reported); then the
 Docker containers and networks, by label; then the Ray temp dirs and
-cgroups (faults.ray_node.remove_leftovers: by owner marker).
+cgroups (faults.ray_node.remove_leftovers: by owner marker). The sequence
+is faults/heal_all.py ``clean_up``, the one every suite start runs too.
 """
 
 from __future__ import annotations
@@ -22,17 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from ordeal.config import ConfigError
-from ordeal.containers import remove_leftovers
-from ordeal.ownership import reap_leftovers
 from ordeal.target import TargetSpec, read_target_file
 from ordeal.topology import L4_LINK_KINDS, LINK_KINDS
 
 from . import chaos_mesh
 from .base import is_root, user_name
 from .catalogue import BACKEND_KINDS, KINDS, REGISTRY
-from .heal_all import heal_all
+from .heal_all import clean_up
 from .ledger import Ledger
-from .ray_node import remove_leftovers as remove_ray_leftovers
 
 
 def catalogue_lines() -> list[str]:
@@ -266,15 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(pending)} fault(s) in {ledger.dir}")
         print(f"known kinds: {', '.join(KINDS)}")
         return 0
-    for line in reap_leftovers():  # first: no heal may reach a process still dying
-        print(line)
-    lines = heal_all(ledger, force=args.force)
-    for line in lines:
-        print(line)
-    for line in remove_leftovers():
-        print(line)
-    for line in remove_ray_leftovers():  # Ray temp dirs and cgroups of dead harnesses
-        print(line)
+    lines = clean_up(ledger, print, force=args.force)
     # This pass's own: not entries left to a live harness or another
     # heal-all, nor failed or unreadable ones.
     healed = [x for x in lines if x.startswith(("healed ", "closed "))]

@@ -13,11 +13,32 @@ ledger file that is the user's own and no one else may write
 
 from __future__ import annotations
 
-from ordeal.ownership import Busy, Claimer
+from collections.abc import Callable
+
+from ordeal.containers import remove_leftovers as remove_docker_leftovers
+from ordeal.ownership import Busy, Claimer, reap_leftovers
 
 from .catalogue import REGISTRY
 from .hook import HookFault
 from .ledger import Ledger, LedgerEntry, untrusted
+from .ray_node import remove_leftovers as remove_ray_leftovers
+
+
+def clean_up(ledger: Ledger, say: Callable[[str], None], force: bool = False) -> list[str]:
+    """Everything crashed harnesses left behind, in the one safe order, for
+    ``python -m faults heal-all`` and every suite start alike: their process
+    groups first (no heal may reach a process still dying), then the
+    ledger's faults (``heal_all``), then Docker containers and networks by
+    label, then Ray temp dirs and cgroups by owner marker. Each line goes to
+    ``say``; returns the ledger's lines (what heal-all counts)."""
+    for line in reap_leftovers():
+        say(line)
+    healed = heal_all(ledger, force=force)
+    for line in healed:
+        say(line)
+    for line in (*remove_docker_leftovers(), *remove_ray_leftovers()):
+        say(line)
+    return healed
 
 
 def heal_entry(entry: LedgerEntry) -> str:
