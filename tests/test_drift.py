@@ -224,5 +224,10 @@ def test_process_sample_reads_a_real_process_tree():
     finally:
         os.killpg(proc.pid, 9)
         proc.wait()
+    # wait() reaps the leader only; the killed sleep dies on its own time
+    # (CI beside a CPU hog, 2026-12-07: it was still there and was sampled).
+    deadline = time.monotonic() + 10
+    while group_members(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert process_sample(SimpleNamespace(name="gone", pid=proc.pid)) is None
     assert process_sample(SimpleNamespace(name="none", pid=None)) is None
