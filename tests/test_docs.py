@@ -66,7 +66,8 @@ OTHER_TOOLS = {
     # vLLM's server (--engine-args passes them through; Ordeal sets some itself)
     "--max-num-seqs": "vllm", "--dtype": "vllm", "--gpu-memory-utilization": "vllm",
     "--enable-prefix-caching": "vllm", "--host": "vllm", "--port": "vllm",
-    "--middleware": "vllm", "--api-key": "vllm", "--goodput": "vllm bench serve",
+    "--middleware": "vllm", "--api-key": "vllm", "--tensor-parallel-size": "vllm",
+    "--goodput": "vllm bench serve",
     # vllm-router's flags (--router-args passes them through)
     "--policy": "vllm-router", "--max-payload-size": "vllm-router",
     # systemd-run, the 72-hour run as a transient service (docs/endurance.md)
