@@ -22,13 +22,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ordeal import kinds as kind_traits
 from ordeal.config import ConfigError
 from ordeal.target import TargetSpec, read_target_file
-from ordeal.topology import L4_LINK_KINDS, LINK_KINDS
 
 from . import chaos_mesh
 from .base import is_root, user_name
-from .catalogue import BACKEND_KINDS, KINDS, REGISTRY
+from .catalogue import REGISTRY, backend_kinds, common_kinds
 from .heal_all import clean_up
 from .ledger import Ledger
 
@@ -37,17 +37,18 @@ def catalogue_lines() -> list[str]:
     """One block per kind: ``kind  root: yes|no``, then why (and, for a
     kind that needs root, what to use without it)."""
     lines = []
-    for kind in KINDS:
+    common = common_kinds()
+    for kind in common:
         cls = REGISTRY[kind]
         lines.append(f"{kind:<20} root: {'yes' if cls.needs_root else 'no '}  {cls.privilege}")
         if cls.without_root:
             lines.append(f"{'':<20}       without root: {cls.without_root}")
-    for kind in BACKEND_KINDS:  # one backend's own kinds (ray_node_*: --cluster ray)
+    for kind in backend_kinds():  # one backend's own kinds (ray_node_*: --cluster ray)
         cls = REGISTRY[kind]
         lines.append(f"{kind:<20} root: {'yes' if cls.needs_root else 'no '}  {cls.privilege} "
                      "(--cluster ray only)")
-    need = [k for k in KINDS if REGISTRY[k].needs_root]
-    lines.append(f"{len(KINDS)} kinds; {len(need)} need root ({', '.join(need)}); this harness "
+    need = [k for k in common if REGISTRY[k].needs_root]
+    lines.append(f"{len(common)} kinds; {len(need)} need root ({', '.join(need)}); this harness "
                  f"runs as {user_name()} (uid {os.geteuid()}): "
                  + ("every kind can be injected" if is_root() else
                     "those are refused before anything is touched"))
@@ -57,20 +58,21 @@ def catalogue_lines() -> list[str]:
 def target_catalogue_lines(target: TargetSpec) -> list[str]:
     """For an external deployment: how each kind acts on it, or why not."""
     lines = []
-    for kind in KINDS:
+    common = common_kinds()
+    for kind in common:
         why = target.unsupported(kind)
         if why:
             lines.append(f"{kind:<20} refused: {why}")
-        elif kind in LINK_KINDS:
+        elif kind in kind_traits.link_kinds():
             where = (["Ordeal's fault proxy (client-router)"] if target.fault_proxy else []) + (
                 [f"Toxiproxy links {[n for n, _ in target.toxiproxy.links]}"]
-                if target.toxiproxy is not None and kind in L4_LINK_KINDS else [])
+                if target.toxiproxy is not None and kind in kind_traits.l4_link_kinds() else [])
             lines.append(f"{kind:<20} acts through {' and '.join(where)}")
         else:
             nodes = sorted({h.node for h in target.hooks if h.kind == kind})
             lines.append(f"{kind:<20} acts through the hooks for {', '.join(nodes)}")
-    runs = [k for k in KINDS if not target.unsupported(k)]
-    lines.append(f"{len(runs)} of {len(KINDS)} kinds can act on {target.name} "
+    runs = [k for k in common if not target.unsupported(k)]
+    lines.append(f"{len(runs)} of {len(common)} kinds can act on {target.name} "
                  f"({target.path})")
     return lines
 
@@ -262,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             print(e if isinstance(e, str) else f"{e.id} {e.kind} on {e.target} "
                   f"(run {e.run_id}, since {e.injected})")
         print(f"{len(pending)} fault(s) in {ledger.dir}")
-        print(f"known kinds: {', '.join(KINDS)}")
+        print(f"known kinds: {', '.join(common_kinds())}")
         return 0
     lines = clean_up(ledger, print, force=args.force)
     # This pass's own: not entries left to a live harness or another

@@ -4,6 +4,7 @@ delayed pieces (its ``slicer``), as a congested or lossy path does."""
 
 from __future__ import annotations
 
+from ordeal.kinds import EnduranceChoice, KindTraits
 from ordeal.topology import Link
 
 from .ledger import Ledger
@@ -12,6 +13,8 @@ from .link_fault import LinkFault, ToxicSpec, directions
 
 class BandwidthLimit(LinkFault):
     kind = "bandwidth_limit"
+    traits = KindTraits(kind, acts_on="l4_link", endurance=EnduranceChoice(
+        "router-replica-0", {"rate_kbps": 64, "direction": "downstream"}, position=4))
     needs_root = False
     privilege = (
         "adds a bandwidth toxic through the fault proxy's control API on loopback; the "

@@ -10,7 +10,10 @@ but the ledger entry, so the live heal (``Fault.heal``) and the crash heal
 (``python -m faults heal-all``, faults/heal_all.py) run the very same code.
 What only a live run can do after that (restart a killed node and wait until
 it serves: the cluster of a crashed harness is gone with it) is ``_recover``.
-The registry of kinds is faults/catalogue.py.
+A kind's class declares ``traits`` (ordeal.kinds.KindTraits: where it acts,
+whether it stops its target, its Chaos Mesh standing, its endurance choice);
+defining the class registers it, and faults/catalogue.py imports every
+kind's module. Nothing else lists kinds.
 
 Faults touch the cluster only through ordeal.topology (Node.signal,
 Node.start, ...), never through a backend.
@@ -24,7 +27,14 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ordeal import kinds
+from ordeal.kinds import KindTraits
+
 from .ledger import Ledger, LedgerEntry
+
+#: Every registered kind's class, by name (filled as the classes are
+#: defined; faults.catalogue imports them all and is the one to ask).
+CLASSES: dict[str, type["Fault"]] = {}
 
 
 class FaultError(RuntimeError):
@@ -93,6 +103,26 @@ class Fault(ABC):
     #: Programs this kind runs, which must be on PATH (a GPU machine's image
     #: may have no iptables): a kind without one is left out at start.
     tools: ClassVar[tuple[str, ...]] = ()
+    #: What the rest of Ordeal knows of this kind (ordeal.kinds). Declared
+    #: in the class's own body, it registers the class as the kind's; a
+    #: variant that another class registers (Triton's sequence jump, a
+    #: hook) declares none.
+    traits: ClassVar[KindTraits | None] = None
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        own = cls.__dict__.get("traits")
+        if own is None:
+            return
+        if own.kind != cls.kind:
+            raise TypeError(f"{cls.__name__}: traits name {own.kind!r} and the class's kind is "
+                            f"{cls.kind!r}")
+        old = CLASSES.get(cls.kind)
+        if old is not None and old.__qualname__ != cls.__qualname__:
+            raise TypeError(f"fault kind {cls.kind!r}: {cls.__qualname__} and "
+                            f"{old.__qualname__} both declare it")
+        kinds.register(own)
+        CLASSES[cls.kind] = cls
 
     def __init__(self, target: str, run_id: str, ledger: Ledger):
         self.target = target

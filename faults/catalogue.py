@@ -1,44 +1,61 @@
 """The registry of fault kinds: every kind's class, by name. heal-all, the
 schedule factory and ``python -m faults list|catalogue`` look kinds up
-here. A new kind adds its class here (one module per kind); nothing in
-faults/ but this module, the factory, heal-all and the CLI imports it, so the
-kinds' modules never depend on one another through it."""
+here.
+
+A kind is one module of this package whose class declares ``traits``
+(ordeal.kinds.KindTraits; faults/base.py registers it when the class is
+defined). Importing this module imports every module of the package, so
+no list of kinds is kept anywhere: a new kind's module is found as it is.
+The modules that import this one (``CONSUMERS``) are the exception, since
+they would import it back; tests/test_fault_kinds.py checks that no other
+module does. Then ``ordeal.kinds.seal()`` lets the other layers ask.
+"""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from .bandwidth_limit import BandwidthLimit
-from .base import Fault
-from .clock_drift import ClockDrift
-from .connection_reset import ConnectionReset
-from .gpu_memory_pressure import GpuMemoryPressure
-from .gpu_throttle import GpuThrottle
-from .http_fault import HttpFault
-from .lsn_jump import LsnJump
-from .network_latency import NetworkLatency
-from .network_partition import NetworkPartition
-from .packet_loss import PacketLoss
-from .process_kill import ProcessKill
-from .process_pause import ProcessPause
-from .ray_node import RayNodeLoss, RayNodePartition, RayNodePause
+from ordeal import kinds as kind_traits
 
-#: The kinds every backend runs (the endurance catalogue), in this order.
-#: lsn_jump's entries of its Triton variant (faults.sequence_jump) are healed
-#: through LsnJump, which hands them on.
-_COMMON: tuple[type[Fault], ...] = (
-    NetworkPartition, NetworkLatency, PacketLoss, BandwidthLimit, ConnectionReset, ClockDrift,
-    LsnJump, GpuThrottle, GpuMemoryPressure, ProcessKill, ProcessPause, HttpFault,
-)
-#: Kinds that only one backend has, kept out of KINDS: ``--cluster ray``'s
-#: node faults.
-_BACKEND: tuple[type[Fault], ...] = (RayNodeLoss, RayNodePause, RayNodePartition)
+from .base import CLASSES, Fault
 
-KINDS: tuple[str, ...] = tuple(cls.kind for cls in _COMMON)
-BACKEND_KINDS: tuple[str, ...] = tuple(cls.kind for cls in _BACKEND)
-REGISTRY: dict[str, type[Fault]] = {cls.kind: cls for cls in (*_COMMON, *_BACKEND)}
+#: This package's modules that import the catalogue (and so hold no kind).
+CONSUMERS = frozenset({"__main__", "catalogue", "factory", "heal_all"})
+
+
+def _import_every_kind() -> None:
+    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        if not info.ispkg and info.name not in CONSUMERS:
+            importlib.import_module(f"{__package__}.{info.name}")
+    kind_traits.seal()
+
+
+_import_every_kind()
+
+#: Every registered kind's class, by name (live: a kind registered later,
+#: such as a test's throwaway kind, is in it too).
+REGISTRY: dict[str, type[Fault]] = CLASSES
+
+
+def common_kinds() -> tuple[str, ...]:
+    """The kinds every backend runs (the endurance catalogue's), by name."""
+    return tuple(sorted(kind_traits.where(lambda t: not t.backends)))
+
+
+def backend_kinds() -> tuple[str, ...]:
+    """Kinds only some backends have (``--cluster ray``'s node faults)."""
+    return tuple(sorted(kind_traits.where(lambda t: bool(t.backends))))
+
+
+def unregister(kind: str) -> None:
+    """Take a kind out of the registry again (a test's throwaway kind)."""
+    CLASSES.pop(kind, None)
+    kind_traits.unregister(kind)
+
 
 #: Linux capability bits (linux/capability.h) of the names kinds declare.
 CAP_BITS: dict[str, int] = {"CAP_NET_ADMIN": 12, "CAP_SYS_ADMIN": 21}
@@ -57,13 +74,15 @@ def effective_capabilities(status: Path = Path("/proc/self/status")) -> int | No
 
 
 def tools_missing(which: Callable[[str], str | None] = shutil.which,
-                  kinds: Iterable[str] = (*KINDS, *BACKEND_KINDS)) -> set[str]:
-    """The programs the ``kinds`` run (``Fault.tools``) that are not on PATH."""
-    return {t for kind in kinds for t in REGISTRY[kind].tools if which(t) is None}
+                  kinds: Iterable[str] | None = None) -> set[str]:
+    """The programs the ``kinds`` (None: every kind) run (``Fault.tools``)
+    that are not on PATH."""
+    names = REGISTRY if kinds is None else kinds
+    return {t for kind in names for t in REGISTRY[kind].tools if which(t) is None}
 
 
 def unrunnable_kinds(euid: int, gpu_backend: str = "cpu", cap_eff: int | None = None,
-                     kinds: Iterable[str] = KINDS,
+                     kinds: Iterable[str] | None = None,
                      missing_tools: Iterable[str] = ()) -> dict[str, str]:
     """``{kind: why}`` for each of ``kinds`` this harness cannot inject, and
     exactly what is missing. Pure: the caller gives the effective uid, the
@@ -76,7 +95,7 @@ def unrunnable_kinds(euid: int, gpu_backend: str = "cpu", cap_eff: int | None = 
     (``tools_missing``: not on PATH)."""
     missing_tools = set(missing_tools)
     out: dict[str, str] = {}
-    for kind in kinds:
+    for kind in (common_kinds() if kinds is None else kinds):
         cls = REGISTRY[kind]
         why = cls.root_reason_on(gpu_backend)
         if why is None:

@@ -97,7 +97,8 @@ Any parameter a mapping does not know, and a ``toxicity`` below 1 (Chaos
 Mesh acts on every packet or request of the pods it selects), leaves the
 fault out with the reason; Ordeal's own waits (``ready_timeout_s``,
 ``gone_within_s``, ``orphan_bound_s``) are ignored. Each mapping's
-approximation is written beside it (``NOTES``) and in summary.txt.
+approximation is written beside it (``NOTES``) and in summary.txt. Why a
+kind has no equivalent is declared by the kind (``KindTraits.chaos_mesh_none``).
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ordeal import kinds as kind_traits
 from ordeal.config import ConfigError
 
 from .http_fault import MODES as HTTP_MODES
@@ -149,24 +151,21 @@ NET_DIRECTION = {"upstream": "to", "downstream": "from", "both": "both"}
 #: bytes (``both``: the first bytes of a connection go upstream).
 HTTP_TARGET = {"upstream": "Request", "downstream": "Response", "both": "Request"}
 
-_RAY = ("a Ray-only kind (--cluster ray's simulated Ray nodes); it has no meaning for pods")
-#: Kinds that have no Chaos Mesh equivalent at all, and why.
-NO_EQUIVALENT: dict[str, str] = {
-    "process_pause": (
-        "Chaos Mesh cannot pause a process in a pod: PodChaos's actions are pod-kill, "
-        "pod-failure (the containers' image swapped for a pause image: the processes end, "
-        "they are not stopped) and container-kill; only PhysicalMachineChaos signals a "
-        "process, on a host that runs chaosd, not in a pod. Use a kubectl exec hook that "
-        "sends SIGSTOP and SIGCONT instead (mind PID 1: docs/examples/kubernetes/README.md)"),
-    "gpu_throttle": (
-        "Chaos Mesh has no GPU stressor and no CPU-quota action; StressChaos's CPU stressor "
-        "only competes for the pod's CPUs, which Ordeal measured to change nothing in a "
-        "replica's token rate (faults/gpu_throttle.py), so it is no equivalent"),
-    "lsn_jump": (
-        "HTTPChaos replaces or patches whole bodies; it cannot drop, repeat or reorder "
-        "single server-sent events inside a stream"),
-    "ray_node_loss": _RAY, "ray_node_pause": _RAY, "ray_node_partition": _RAY,
-}
+def no_equivalent(kind: str) -> str | None:
+    """Why ``kind`` has no Chaos Mesh equivalent (what the kind declares,
+    ``KindTraits.chaos_mesh_none``, or that this module maps no such
+    kind), or None where ``MAPPERS`` maps it."""
+    traits = kind_traits.of(kind)
+    if traits is not None and traits.chaos_mesh_none:
+        return traits.chaos_mesh_none
+    if kind in MAPPERS:
+        return None
+    if traits is not None:
+        return (f"faults/chaos_mesh.py has no mapping for {kind} (a mapping is added to its "
+                "MAPPERS, with what it changes in NOTES)")
+    return f"unknown fault kind {kind!r}"
+
+
 #: What each exported kind's mapping changes, against Ordeal's own fault.
 NOTES: dict[str, str] = {
     "network_partition": (
@@ -689,11 +688,10 @@ MAPPERS: dict[str, Callable[[Held, Options], list[Chaos]]] = {
 
 def map_fault(h: Held, o: Options) -> Exported | LeftOut:
     """One held fault as Chaos Mesh objects, or why it cannot be."""
-    if h.kind in NO_EQUIVALENT:
-        return LeftOut(h, NO_EQUIVALENT[h.kind])
-    mapper = MAPPERS.get(h.kind)
-    if mapper is None:
-        return LeftOut(h, f"unknown fault kind {h.kind!r}")
+    why = no_equivalent(h.kind)
+    if why is not None:
+        return LeftOut(h, why)
+    mapper = MAPPERS[h.kind]
     if h.hold_s <= 0:
         return LeftOut(h, "held 0 s (its heal is at its inject's time)")
     try:

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from ordeal.faketime import CACHE_DURATION_S, read_clock, write_clock
+from ordeal.kinds import EnduranceChoice, KindTraits
 from ordeal.topology import Node
 
 from .base import Effect, Fault, FaultError, healed
@@ -163,6 +164,9 @@ def lead_pid(node: Node) -> int:
 
 class ClockDrift(Fault):
     kind = "clock_drift"
+    traits = KindTraits(kind, hookable=True, observed_in_answers=True,
+                        endurance=EnduranceChoice("one", {"mode": "offset", "offset_s": 3600},
+                                                  position=5))
     needs_root = False
     privilege = (
         "rewrites the node's libfaketime control file, which the suite created when it "

@@ -9,6 +9,7 @@ the kernel; this is the form that works without root.)"""
 
 from __future__ import annotations
 
+from ordeal.kinds import EnduranceChoice, KindTraits
 from ordeal.topology import Link
 
 from .ledger import Ledger
@@ -17,6 +18,8 @@ from .link_fault import LinkFault, ToxicSpec, directions
 
 class ConnectionReset(LinkFault):
     kind = "connection_reset"
+    traits = KindTraits(kind, acts_on="l4_link", endurance=EnduranceChoice(
+        "router-replica-0", {"timeout_ms": 0}, position=6))
     needs_root = False
     privilege = (
         "adds a reset toxic through the fault proxy's control API on loopback; the proxy "

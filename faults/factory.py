@@ -14,16 +14,14 @@ import inspect
 import random
 from typing import Any
 
-from ordeal.topology import L7_LINK_KINDS, LINK_KINDS, Cluster
+from ordeal import kinds
+from ordeal.topology import Cluster
 
 from .base import Fault, FaultError
-from .catalogue import BACKEND_KINDS, REGISTRY
+from .catalogue import REGISTRY
 from .ledger import Ledger
 from .sequence_jump import SequenceJump
 from .targets import select
-
-#: Kinds that act on a GPU: on a replica placed on one, that one by default.
-GPU_KINDS = ("gpu_throttle", "gpu_memory_pressure")
 
 
 def rank_device(kind: str, node: Any, rank: Any, device: Any) -> int:
@@ -86,16 +84,19 @@ def build_faults(kind: str, target: str, cluster: Cluster, run_id: str, ledger: 
             return [SequenceJump(n, run_id, ledger, jump_file, **params) for n in names[:1]]
         except TypeError as e:
             raise FaultError(f"lsn_jump: bad parameters {params} ({e})") from None
-    if kind in LINK_KINDS:
+    traits = kinds.of(kind)
+    if traits is None:  # a registered class always declares its traits
+        raise FaultError(f"fault kind {kind!r} declares no traits")
+    if traits.on_link:
         links = list(cluster.links)
         if not links:
             raise FaultError(f"{kind} acts on the fault proxy's links, and this cluster has "
                              "none: start it with the fault proxy on")
-        if kind in L7_LINK_KINDS:  # a Toxiproxy link carries bytes only
+        if traits.acts_on == "l7_link":  # a Toxiproxy link carries bytes only
             links = [x for x in links if x.api == "ordeal"] or links
         names = select(target, [x.name for x in links], rng)
         objs: list[Any] = [cluster.link(n) for n in names]
-    elif kind in BACKEND_KINDS:
+    elif traits.backends:
         objs = _backend_targets(kind, target, cluster, rng)
     else:
         pool = [n.name for n in (cluster.replicas() if target in ("one", "minority", "majority",
@@ -106,16 +107,16 @@ def build_faults(kind: str, target: str, cluster: Cluster, run_id: str, ledger: 
             pool = [n for n in pool if n in hooked(kind)] or pool
         objs = [cluster.node(n) for n in select(target, pool, rng)]
     hook_fault = getattr(cluster, "hook_fault", None)
-    if hook_fault is not None and kind not in LINK_KINDS:
+    if hook_fault is not None and not traits.on_link:
         # An external deployment's node: the target file's hooks act on it.
         return [hook_fault(kind, obj, run_id, ledger, params) for obj in objs]
     out = []
     for obj in objs:
         own = dict(params)
         placed = getattr(obj, "gpu_device", None)  # a GPU vLLM replica's own GPU
-        if kind in GPU_KINDS and "rank" in own:
+        if traits.on_gpu and "rank" in own:
             own["device"] = rank_device(kind, obj, own.pop("rank"), own.get("device"))
-        elif kind in GPU_KINDS and "device" not in own and placed is not None:
+        elif traits.on_gpu and "device" not in own and placed is not None:
             own["device"] = placed
         try:
             out.append(cls(obj, run_id, ledger, **own))

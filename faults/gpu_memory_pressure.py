@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ordeal.kinds import EnduranceChoice, KindTraits
 from ordeal.topology import Node
 
 from .base import FaultError
@@ -27,6 +28,8 @@ HOST_RESERVE_BYTES = 2 * 2**30
 
 class GpuMemoryPressure(CotenantFault):
     kind = "gpu_memory_pressure"
+    traits = KindTraits(kind, hookable=True, on_gpu=True,
+                        endurance=EnduranceChoice("one", {"mb": 1024}, position=9))
     needs_root = False
     privilege = (
         "starts a co-tenant process as the harness's user that holds memory (device "

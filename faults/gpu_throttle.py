@@ -23,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ordeal.kinds import EnduranceChoice, KindTraits
 from ordeal.topology import Node
 
 from . import cgroup
@@ -36,6 +37,14 @@ CPU_QUOTA = "cpu-quota"
 
 class GpuThrottle(CotenantFault):
     kind = "gpu_throttle"
+    traits = KindTraits(
+        kind, hookable=True, on_gpu=True,
+        endurance=EnduranceChoice("one", {"cpu_fraction": 0.2}, position=7),
+        chaos_mesh_none=(
+            "Chaos Mesh has no GPU stressor and no CPU-quota action; StressChaos's CPU "
+            "stressor only competes for the pod's CPUs, which Ordeal measured to change "
+            "nothing in a replica's token rate (faults/gpu_throttle.py), so it is no "
+            "equivalent"))
     needs_root = True
     privilege = (
         'on a CPU-only machine it creates a cgroup under /sys/fs/cgroup and moves the '

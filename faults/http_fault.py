@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ordeal.kinds import EnduranceChoice, KindTraits
 from ordeal.topology import Link
 
 from .base import FaultError
@@ -33,6 +34,8 @@ MODES: dict[str, tuple[str, dict[str, Any]]] = {
 
 class HttpFault(LinkFault):
     kind = "http_fault"
+    traits = KindTraits(kind, acts_on="l7_link", http1_only=True, endurance=EnduranceChoice(
+        "router-replica-0", {"mode": "abort", "status": 503}, position=10))
     needs_root = False
     privilege = (
         "adds an L7 toxic through the fault proxy's control API on loopback; the proxy is"

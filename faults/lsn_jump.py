@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ordeal.kinds import EnduranceChoice, KindTraits
 from ordeal.topology import Link
 
 from .base import FaultError
@@ -23,6 +24,12 @@ MODES = {"drop": "sse_drop", "duplicate": "sse_duplicate", "reorder": "sse_reord
 
 class LsnJump(LinkFault):
     kind = "lsn_jump"
+    traits = KindTraits(
+        kind, acts_on="l7_link",
+        endurance=EnduranceChoice("router-replica-0", {"mode": "duplicate", "after_events": 2},
+                                  position=8),
+        chaos_mesh_none=("HTTPChaos replaces or patches whole bodies; it cannot drop, repeat "
+                         "or reorder single server-sent events inside a stream"))
     needs_root = False
     privilege = (
         "adds an SSE toxic through the fault proxy's control API on loopback; the proxy "

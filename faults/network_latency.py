@@ -7,6 +7,7 @@ per round trip)."""
 
 from __future__ import annotations
 
+from ordeal.kinds import EnduranceChoice, KindTraits
 from ordeal.topology import Link
 
 from .ledger import Ledger
@@ -15,6 +16,8 @@ from .link_fault import LinkFault, ToxicSpec, directions
 
 class NetworkLatency(LinkFault):
     kind = "network_latency"
+    traits = KindTraits(kind, acts_on="l4_link", endurance=EnduranceChoice(
+        "router-replica-0", {"latency_ms": 150, "jitter_ms": 50}, position=1))
     needs_root = False
     privilege = (
         "adds a latency toxic through the fault proxy's control API on loopback; the "

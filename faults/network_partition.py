@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from ordeal.kinds import EnduranceChoice, KindTraits
 from ordeal.topology import Endpoint, Node
 
 from .base import FaultError
@@ -50,6 +51,8 @@ def partition_rules(endpoints: Sequence[Endpoint], mode: str) -> list[tuple[str,
 
 class NetworkPartition(ChainFault):
     kind = "network_partition"
+    traits = KindTraits(kind, stops_target=True, hookable=True,
+                        endurance=EnduranceChoice("one", {"mode": "drop"}, position=2))
     needs_root = True
     privilege = (
         'adds iptables rules (a chain ORDEAL-<id>, jumped to from INPUT and OUTPUT) in'

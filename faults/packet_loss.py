@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ordeal.kinds import EnduranceChoice, KindTraits
 from ordeal.topology import Endpoint, Node
 
 from .base import FaultError
@@ -66,6 +67,8 @@ def sum_loss(places: Sequence[LossCounters]) -> LossCounters:
 
 class PacketLoss(ChainFault):
     kind = "packet_loss"
+    traits = KindTraits(kind, hookable=True,
+                        endurance=EnduranceChoice("one", {"probability": 0.1}, position=3))
     needs_root = True
     privilege = (
         'adds iptables rules that drop packets at random (statistic --mode random) in '

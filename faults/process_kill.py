@@ -26,6 +26,7 @@ import time
 from dataclasses import asdict
 from typing import Any, Callable
 
+from ordeal.kinds import EnduranceChoice, KindTraits
 from ordeal.procfs import group_members
 from ordeal.topology import Endpoint, Node, NodeNotReady
 
@@ -84,6 +85,8 @@ def end_members(members: list[Member], timeout_s: float = 10.0) -> list[int]:
 
 class ProcessKill(Fault):
     kind = "process_kill"
+    traits = KindTraits(kind, stops_target=True, restarts_target=True, hookable=True,
+                        endurance=EnduranceChoice("one", position=11))
     needs_root = False
     privilege = (
         "sends SIGKILL to the node's own process group and restarts it; the harness "

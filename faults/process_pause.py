@@ -32,6 +32,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ordeal import procfs
+from ordeal.kinds import EnduranceChoice, KindTraits
 from ordeal.ownership import CLUSTER_ENV
 from ordeal.topology import Node
 
@@ -81,6 +82,15 @@ def wait_states(pids: list[int], stopped: bool, timeout: float = 10.0) -> list[i
 
 class ProcessPause(Fault):
     kind = "process_pause"
+    traits = KindTraits(
+        kind, stops_target=True, hookable=True, endurance=EnduranceChoice("one", position=0),
+        chaos_mesh_none=(
+            "Chaos Mesh cannot pause a process in a pod: PodChaos's actions are pod-kill, "
+            "pod-failure (the containers' image swapped for a pause image: the processes "
+            "end, they are not stopped) and container-kill; only PhysicalMachineChaos "
+            "signals a process, on a host that runs chaosd, not in a pod. Use a kubectl "
+            "exec hook that sends SIGSTOP and SIGCONT instead (mind PID 1: "
+            "docs/examples/kubernetes/README.md)"))
     needs_root = False
     privilege = (
         "sends SIGSTOP/SIGCONT to the node's own process group; the harness started the "

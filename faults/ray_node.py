@@ -43,6 +43,7 @@ from typing import Any
 
 from ordeal import cgroup2, procfs
 from ordeal.config import state_dir
+from ordeal.kinds import EnduranceChoice, KindTraits
 from ordeal.ownership import (
     Busy,
     Claimer,
@@ -92,6 +93,10 @@ def _wait_gone(pids: list[int], timeout: float = 15.0) -> list[int]:
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.05)
+
+
+#: Why the Chaos Mesh export has no equivalent of the Ray node kinds.
+RAY_ONLY = "a Ray-only kind (--cluster ray's simulated Ray nodes); it has no meaning for pods"
 
 
 class _RayNodeFault(Fault):
@@ -243,6 +248,9 @@ class _RayNodeFault(Fault):
 
 class RayNodeLoss(_RayNodeFault):
     kind = "ray_node_loss"
+    traits = KindTraits(kind, backends=("ray",), stops_target=True, restarts_target=True,
+                        endurance=EnduranceChoice("one", position=12),
+                        chaos_mesh_none=RAY_ONLY)
     needs_root = False
     privilege = ("SIGKILLs the processes of a simulated Ray node the harness started (its "
                  "raylet, workers and the engines on it) and starts the node again")
@@ -287,6 +295,9 @@ class RayNodeLoss(_RayNodeFault):
 
 class RayNodePause(_RayNodeFault):
     kind = "ray_node_pause"
+    traits = KindTraits(kind, backends=("ray",), stops_target=True,
+                        endurance=EnduranceChoice("one", position=13),
+                        chaos_mesh_none=RAY_ONLY)
     needs_root = False
     privilege = ("sends SIGSTOP/SIGCONT to the processes of a simulated Ray node the harness "
                  "started (raylet, workers and the engines on it)")
@@ -393,6 +404,9 @@ class RayNodePartition(_RayNodeFault):
     (``RayNode.cgroup``: cgroup v2, made by the cluster)."""
 
     kind = "ray_node_partition"
+    traits = KindTraits(kind, backends=("ray",), stops_target=True,
+                        endurance=EnduranceChoice("one", position=14),
+                        chaos_mesh_none=RAY_ONLY)
     needs_root = True
     privilege = ("adds iptables rules (a chain ORDEAL-<id>, jumped to from OUTPUT) that "
                  "match the simulated Ray node's cgroup and Ray's ports: CAP_NET_ADMIN")

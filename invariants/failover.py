@@ -1,8 +1,9 @@
 """Failover: when a replica stops answering, the router must stop sending it
 new requests soon, and take it back after the heal.
 
-For every fault window on a replica that stops it answering (``STOPS``:
-kill, pause, partition, and Ray's node faults; the target is the replica, or
+For every fault window on a replica that stops it answering (the kinds that
+declare ``stops_target``, ordeal.kinds: kill, pause, partition, and Ray's
+node faults; the target is the replica, or
 a ``router-replica-N`` link of the fault proxy), from the evidence the
 history has, the node each answer names (vLLM: ``x-ordeal-node``; Triton:
 the model's ``node`` output or HAProxy's ``x-ordeal-node``):
@@ -51,6 +52,7 @@ import re
 from collections import OrderedDict
 from typing import Any
 
+from ordeal import kinds
 from ordeal.history.ops import HARNESS, Op
 from ordeal.history.windows import CLOSED, HEALING, INJECT_FAILED, OPENED, FaultWindows
 
@@ -64,9 +66,6 @@ from .base import (
 )
 from .planted import is_withdrawn
 
-#: Fault kinds after which the target answers nothing until the heal.
-STOPS = frozenset({"process_kill", "process_pause", "network_partition", "ray_node_loss",
-                   "ray_node_pause", "ray_node_partition"})
 NO_NODE_NAMED = ("faults stopped replicas, but no answer named the replica that served it: "
                  "where requests went cannot be seen")
 _LINK = re.compile(r"^router-(replica-\d+)(-grpc)?$")
@@ -136,6 +135,7 @@ class Failover(StreamingChecker):
         self.bound_ns = int(ctx.settings.slo.failover_bound_s * 1e9)
         self.readmit_ns = int(ctx.settings.slo.readmission_bound_s * 1e9)
         self.faults = FaultWindows(keep=0)
+        self.stops = kinds.stopping_kinds()  # raises if no kind is loaded: never judge none
         self.invoked: dict[Any, int] = {}
         self.rows: OrderedDict[str, _Row] = OrderedDict()
         self.dropped = 0
@@ -163,7 +163,7 @@ class Failover(StreamingChecker):
             return
         w = change.window
         victim = victim_of(w.target, self.ctx.replicas)
-        if w.kind not in STOPS or victim is None:
+        if w.kind not in self.stops or victim is None:
             return
         if change.what == OPENED:
             self.windows += 1

@@ -5,8 +5,8 @@ Latency is judged in steady state (invariants.slo) and ``availability``
 counts a request that waited out a 10 s pause as available; so a run in
 which a third of the traffic stalled for the length of every fault could
 pass. This checker judges that traffic. For every fault window that stops a
-replica answering (``failover.STOPS`` on a replica or a ``router-replica-N``
-link, ``failover.victim_of``), the requests *invoked* after
+replica answering (``stops_target`` kinds, ordeal.kinds, on a replica or a
+``router-replica-N`` link, ``failover.victim_of``), the requests *invoked* after
 ``failover_bound_s`` (``[slo]``) from the window's start and before its heal
 began are the window's judged requests: by then a router with working
 health checks sends everything to the replicas left. Each meets the
@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+from ordeal import kinds
 from ordeal.history.ops import HARNESS, Op
 from ordeal.history.windows import CLOSED, HEALING, INJECT_FAILED, OPENED, FaultWindows
 
@@ -48,7 +49,7 @@ from .base import (
     StreamingChecker,
     op_brief,
 )
-from .failover import NO_NODE_NAMED, STOPS, partial_attribution, victim_of
+from .failover import NO_NODE_NAMED, partial_attribution, victim_of
 from .histogram import LatencyHistogram
 from .planted import is_withdrawn
 from .settings import FaultSLOTargets
@@ -102,6 +103,7 @@ class FaultSLO(StreamingChecker):
         self.t = ctx.settings.fault_slo
         self.bound_ns = int(ctx.settings.slo.failover_bound_s * 1e9)
         self.faults = FaultWindows(keep=0)
+        self.stops = kinds.stopping_kinds()  # raises if no kind is loaded: never judge none
         self.rows: OrderedDict[str, _Row] = OrderedDict()
         # process -> (labels of the windows judging it, its schedule lag in ms, invoke ns)
         self.invoked: dict[Any, tuple[list[str], float, int]] = {}
@@ -121,7 +123,7 @@ class FaultSLO(StreamingChecker):
             return
         w = change.window
         victim = victim_of(w.target, self.ctx.replicas)
-        if w.kind not in STOPS or victim is None:
+        if w.kind not in self.stops or victim is None:
             return
         if change.what == OPENED:
             self.totals["windows"] += 1

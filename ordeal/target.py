@@ -59,13 +59,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import kinds as kind_traits
 from .config import ConfigError, read_input, redact_command, redact_env
-from .topology import L4_LINK_KINDS, LINK_KINDS
 
-#: Fault kinds a hook may give (the node kinds: what needs a process or a
-#: machine of the user's). Link kinds act through the fault proxy instead.
-HOOK_KINDS = ("process_kill", "process_pause", "network_partition", "clock_drift",
-              "gpu_throttle", "gpu_memory_pressure", "packet_loss")
 ENGINES = ("vllm",)
 #: A node name, matched whole (``fullmatch``: a ``$`` alone lets a trailing
 #: newline through, and the name reaches a hook's shell command).
@@ -76,9 +72,20 @@ _TOP = {"name", "engine", "model", "entrypoint", "entrypoint_health_path", "api_
         "trusted_without_evidence", "hook_env", "replica_header"}
 #: An HTTP header name (RFC 9110 token).
 _HEADER = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")
-#: The kinds ``trusted_without_evidence`` may name: those that can act on an
-#: external deployment (a hook's node kinds, the proxies' link kinds).
-TRUSTABLE_KINDS = tuple(sorted({*HOOK_KINDS, *LINK_KINDS}))
+
+
+def hook_kinds() -> tuple[str, ...]:
+    """Fault kinds a hook may give (``KindTraits.hookable``: node kinds that
+    need a process or a machine of the user's). Link kinds act through the
+    fault proxy instead."""
+    return kind_traits.hook_kinds()
+
+
+def trustable_kinds() -> tuple[str, ...]:
+    """The kinds ``trusted_without_evidence`` may name: those that can act
+    on an external deployment (a hook's node kinds, the proxies' link
+    kinds)."""
+    return tuple(sorted({*kind_traits.hook_kinds(), *kind_traits.link_kinds()}))
 
 
 @dataclass(frozen=True)
@@ -214,12 +221,13 @@ class TargetSpec:
         needs Ordeal's fault proxy (or, L4 only, a [toxiproxy] link), a node
         kind a hook. Said at start, in ``python -m faults catalogue --target``
         and by the fault factory."""
-        if kind in LINK_KINDS:
-            if (kind not in L4_LINK_KINDS and self.fault_proxy
+        l4 = kind_traits.l4_link_kinds()
+        if kind in kind_traits.link_kinds():
+            if (kind not in l4 and self.fault_proxy
                     and self.entrypoint.scheme == "https"):
                 return ("acts on HTTP and SSE (L7), and the entrypoint speaks TLS: the fault "
                         "proxy sees only encrypted bytes there")
-            if self.fault_proxy or (kind in L4_LINK_KINDS and self.toxiproxy is not None):
+            if self.fault_proxy or (kind in l4 and self.toxiproxy is not None):
                 return None
             if self.toxiproxy is not None:
                 return ("acts on HTTP and SSE (L7), which only Ordeal's fault proxy reads, and "
@@ -228,7 +236,7 @@ class TargetSpec:
             return ("acts through Ordeal's fault proxy in front of the entrypoint or a "
                     "[toxiproxy] link, and the target file sets fault_proxy = false and gives "
                     "none")
-        if kind not in HOOK_KINDS:
+        if kind not in kind_traits.hook_kinds():
             return f"has no way to act on an external deployment ({kind})"
         if not any(h.kind == kind for h in self.hooks):
             return (f"acts on the deployment's own processes or machines, which Ordeal does "
@@ -380,8 +388,8 @@ def read_target_file(path: str | Path) -> TargetSpec:
             raise _fail(p, where, "give a table with kind, node, inject and heal")
         _table_keys(p, where, h, {"kind", "node", "inject", "heal", "timeout_s"})
         kind = _str(p, f"{where} kind", h.get("kind"))
-        if kind not in HOOK_KINDS:
-            raise _fail(p, f"{where} kind", f"{kind!r}: hooks act for {', '.join(HOOK_KINDS)}"
+        if kind not in hook_kinds():
+            raise _fail(p, f"{where} kind", f"{kind!r}: hooks act for {', '.join(hook_kinds())}"
                                             " (link faults act through the fault proxy)")
         node = _str(p, f"{where} node", h.get("node"))
         if node not in ("*", "router", *names):
@@ -444,11 +452,12 @@ def _trusted_kinds(p: Path, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(k, str) for k in value):
         raise _fail(p, "trusted_without_evidence", "give a list of fault kinds, e.g. "
                                                    "trusted_without_evidence = [\"http_fault\"]")
-    unknown = sorted({k for k in value if k not in TRUSTABLE_KINDS})
+    trustable = trustable_kinds()
+    unknown = sorted({k for k in value if k not in trustable})
     if unknown:
         raise _fail(p, "trusted_without_evidence",
                     f"unknown fault kind(s) {unknown}; name kinds that act on an external "
-                    f"deployment: {', '.join(TRUSTABLE_KINDS)}")
+                    f"deployment: {', '.join(trustable)}")
     return tuple(dict.fromkeys(value))
 
 

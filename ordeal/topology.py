@@ -17,14 +17,6 @@ from typing import Literal, Protocol, Sequence, runtime_checkable
 
 Role = Literal["router", "replica"]
 
-#: Fault kinds that act on a link (a proxy's toxics), not on a node: those a
-#: plain TCP proxy such as Toxiproxy can carry (L4), and those that read the
-#: HTTP and SSE bytes, which only Ordeal's fault proxy does (L7).
-L4_LINK_KINDS = ("network_latency", "bandwidth_limit", "connection_reset")
-L7_LINK_KINDS = ("http_fault", "lsn_jump")
-LINK_KINDS = frozenset(L4_LINK_KINDS + L7_LINK_KINDS)
-
-
 @dataclass(frozen=True)
 class Endpoint:
     host: str

@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from faults.catalogue import BACKEND_KINDS, KINDS
+from faults.catalogue import backend_kinds, common_kinds
 from faults.nemesis import FaultWindow
 from faults.schedule import FaultChoice, Step, plan_schedule
 from faults.targets import select
@@ -41,12 +41,12 @@ from invariants.settings import CheckerSettings
 from load import heap
 from load.router_watch import RouterGone
 from load.workload import WorkloadSpec
+from ordeal import kinds as kind_traits
 from ordeal.config import ConfigError
 from ordeal.history.ops import HARNESS, MONITOR, Op
 from ordeal.history.reader import HistoryTail
 from ordeal.history.windows import INJECTED, FaultWindows, Window
 from ordeal.history.writer import History
-from ordeal.topology import LINK_KINDS
 from reports.html import MAX_INTERIM_FAULTS, render_interim
 from reports.run_dir import write_json_atomic
 from runs.run import checker_context
@@ -55,46 +55,26 @@ STATE_NAME = "endurance.json"
 INTERIM_NAME = "interim.json"
 FORMAT_VERSION = 1
 
-#: Every fault kind, with parameters a healthy two-replica stack behind a
-#: router should ride out. Link faults go on a router-replica link: the router
-#: may retry elsewhere, which is what a qualification wants to see. lsn_jump
-#: plants a corruption on purpose; invariants.planted judges it as detection.
-CATALOGUE: tuple[FaultChoice, ...] = (
-    FaultChoice("process_pause", "one"),
-    FaultChoice("network_latency", "router-replica-0", {"latency_ms": 150, "jitter_ms": 50}),
-    FaultChoice("network_partition", "one", {"mode": "drop"}),
-    FaultChoice("packet_loss", "one", {"probability": 0.1}),
-    FaultChoice("bandwidth_limit", "router-replica-0", {"rate_kbps": 64,
-                                                        "direction": "downstream"}),
-    FaultChoice("clock_drift", "one", {"mode": "offset", "offset_s": 3600}),
-    FaultChoice("connection_reset", "router-replica-0", {"timeout_ms": 0}),
-    FaultChoice("gpu_throttle", "one", {"cpu_fraction": 0.2}),
-    FaultChoice("lsn_jump", "router-replica-0", {"mode": "duplicate", "after_events": 2}),
-    FaultChoice("gpu_memory_pressure", "one", {"mb": 1024}),
-    FaultChoice("http_fault", "router-replica-0", {"mode": "abort", "status": 503}),
-    FaultChoice("process_kill", "one"),
-)
+def all_choices() -> tuple[FaultChoice, ...]:
+    """Every kind that declares an endurance choice (``KindTraits.endurance``:
+    parameters a healthy two-replica stack behind a router should ride out),
+    in cycle order. Link faults go on a router-replica link: the router may
+    retry elsewhere, which is what a qualification wants to see. lsn_jump
+    plants a corruption on purpose; invariants.planted judges it as
+    detection."""
+    chosen = [(t.endurance, t.kind) for t in kind_traits.traits().values()
+              if t.endurance is not None]
+    chosen.sort(key=lambda pair: (pair[0].position, pair[1]))
+    return tuple(FaultChoice(kind, e.target, dict(e.params)) for e, kind in chosen)
 
-#: Kinds only ``--cluster ray`` has (a simulated Ray node lost, paused, cut
-#: from the head). Never in the default cycle: taken when ``--faults``
-#: names them, on a Ray cluster the suite started.
-RAY_CATALOGUE: tuple[FaultChoice, ...] = (
-    FaultChoice("ray_node_loss", "one"),
-    FaultChoice("ray_node_pause", "one"),
-    FaultChoice("ray_node_partition", "one"),
-)
-ALL_CHOICES = CATALOGUE + RAY_CATALOGUE
 
-#: Kinds whose heal restarts something and waits for it to serve (tens of
-#: seconds of wall time, whatever the time scale): a compressed schedule
-#: keeps ``EndurancePlan.restart_wall_s`` free after each.
-RESTARTING_KINDS = frozenset({"process_kill", "ray_node_loss"})
-
-#: Kinds whose effect is seen only in the target replica's own answers
-#: (clock_drift: their ``created`` stamp), which get 1/N of the requests: a
-#: thinned plan holds them N times ``hold_floor_s`` (72 h at x72, 1 req/s: 2
-#: of 14 clock_drift windows met no answer of their replica in 8 s).
-ANSWER_OBSERVED_KINDS = frozenset({"clock_drift"})
+def default_choices() -> tuple[FaultChoice, ...]:
+    """The default cycle: every kind every backend has. A backend's own
+    kinds (``--cluster ray``'s simulated node lost, paused, cut from the
+    head) are taken only when ``--faults`` names them, on a cluster of that
+    backend the suite started."""
+    only_some = set(backend_kinds())
+    return tuple(c for c in all_choices() if c.kind not in only_some)
 
 
 @dataclass(frozen=True)
@@ -122,7 +102,7 @@ class EndurancePlan:
     duration_s: float  # nominal: the schedule's own time
     time_scale: float = 1.0  # the run takes duration_s / time_scale seconds
     seed: int = 0
-    kinds: tuple[str, ...] = tuple(c.kind for c in CATALOGUE)
+    kinds: tuple[str, ...] = field(default_factory=lambda: tuple(c.kind for c in default_choices()))
     rate: float = 8.0  # open-loop requests/s
     replicas: int = 2
     quiet_s: tuple[float, float] = (30.0, 60.0)  # nominal, between faults
@@ -141,7 +121,7 @@ class EndurancePlan:
     # compressed schedule CI runs: shorter holds and quiets are untested.
     min_hold_wall_s: float = 1.0
     min_quiet_wall_s: float = 1.5
-    restart_wall_s: float = 45.0  # kept free after a RESTARTING_KINDS heal
+    restart_wall_s: float = 45.0  # kept free after a heal that restarts (restarts_target)
     # A fault must meet enough requests for its effect and the window's
     # figures to be seen: at 1 req/s a 1 s hold met 0-5 (72 h at x72, the
     # long-output workload). The hold floor is at least this many requests
@@ -160,10 +140,11 @@ class EndurancePlan:
             raise ConfigError(f"--time-scale {self.time_scale}: must be more than zero")
         if self.duration_s <= 0:
             raise ConfigError(f"--duration {self.duration_s}s: must be more than zero")
-        unknown = sorted(set(self.kinds) - {c.kind for c in ALL_CHOICES})
+        choices = all_choices()
+        unknown = sorted(set(self.kinds) - {c.kind for c in choices})
         if unknown or not self.kinds:
             raise ConfigError(f"--faults: unknown kind(s) {unknown or ['(none given)']}; choose "
-                              f"from {', '.join(c.kind for c in ALL_CHOICES)}")
+                              f"from {', '.join(c.kind for c in choices)}")
         if self.replicas < 1:
             raise ConfigError("endurance needs at least one replica")
         if min(self.min_hold_wall_s, self.min_quiet_wall_s, self.restart_wall_s,
@@ -193,8 +174,13 @@ class EndurancePlan:
 
     def hold_floor_for(self, kind: str) -> float:
         """``hold_floor_s``, times the replicas for a kind seen only in its
-        target's own answers (``ANSWER_OBSERVED_KINDS``)."""
-        return self.hold_floor_s * (self.replicas if kind in ANSWER_OBSERVED_KINDS else 1)
+        target's own answers (``KindTraits.observed_in_answers``: clock_drift,
+        in their ``created`` stamp), which get 1/N of the requests (72 h at
+        x72, 1 req/s: 2 of 14 clock_drift windows met no answer of their
+        replica in 8 s)."""
+        traits = kind_traits.of(kind)
+        seen_in_answers = traits is not None and traits.observed_in_answers
+        return self.hold_floor_s * (self.replicas if seen_in_answers else 1)
 
     @property
     def steady_gap_s(self) -> float:
@@ -209,7 +195,7 @@ class EndurancePlan:
         return self.duration_s / self.time_scale
 
     def choices(self) -> list[FaultChoice]:
-        return [c for c in ALL_CHOICES if c.kind in self.kinds]
+        return [c for c in all_choices() if c.kind in self.kinds]
 
     def schedule(self) -> list[Step]:
         """The whole run's steps, at scaled times, targets resolved to names."""
@@ -228,7 +214,9 @@ class EndurancePlan:
                 # A Ray node kind keeps its word: the plan does not know how
                 # many Ray nodes the cluster has; the factory picks among
                 # them at injection, with the run's seeded random.
-                names[s.key] = s.target if s.kind in LINK_KINDS or s.kind in BACKEND_KINDS \
+                traits = kind_traits.of(s.kind)
+                keep = traits is not None and (traits.on_link or bool(traits.backends))
+                names[s.key] = s.target if keep \
                     or s.target not in ("one", "minority", "majority", "all") else ",".join(
                         select(s.target, replicas, rng))
             out.append(replace(s, at_s=round(s.at_s / self.time_scale, 3),
@@ -264,6 +252,7 @@ class EndurancePlan:
         order = list(dict.fromkeys(i.kind for i, _ in pairs))
         last_end = self.run_s - max(self.tail_s / self.time_scale, self.min_quiet_wall_s)
         kept: list[Step] = []
+        restarting = kind_traits.restarting_kinds()
         t, turn, i = self.steady_gap_s, 0, 0
         while i < len(pairs) and order:
             want = order[turn % len(order)]
@@ -274,7 +263,7 @@ class EndurancePlan:
             inject, heal = pairs[j]
             at = round(max(inject.at_s, t + self.quiet_floor_s), 3)
             at_heal = round(at + max(heal.at_s - inject.at_s, self.hold_floor_for(inject.kind)), 3)
-            allow = self.restart_wall_s if inject.kind in RESTARTING_KINDS else 0.0
+            allow = self.restart_wall_s if inject.kind in restarting else 0.0
             end = at_heal + allow
             if end > last_end:
                 break
@@ -379,14 +368,15 @@ def kinds_option(text: str | None, backend: str = "local") -> tuple[str, ...]:
     """``--faults a,b``: the kinds to cycle through; all of the common
     catalogue when not given. A Ray node kind needs ``--cluster ray``."""
     if not text or text.strip() == "all":
-        return tuple(c.kind for c in CATALOGUE)
+        return tuple(c.kind for c in default_choices())
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    unknown = [k for k in kinds if k not in KINDS and k not in BACKEND_KINDS]
+    common, only_ray = common_kinds(), backend_kinds()
+    unknown = [k for k in kinds if k not in common and k not in only_ray]
     if unknown:
         raise ConfigError(f"--faults: unknown kind(s) {unknown}; the catalogue has "
-                          f"{', '.join(sorted(KINDS))}, and on --cluster ray "
-                          f"{', '.join(sorted(BACKEND_KINDS))}")
-    ray_only = [k for k in kinds if k in BACKEND_KINDS]
+                          f"{', '.join(common)}, and on --cluster ray "
+                          f"{', '.join(only_ray)}")
+    ray_only = [k for k in kinds if k in only_ray]
     if ray_only and backend != "ray":
         raise ConfigError(f"--faults: {ray_only} act on the simulated nodes of --cluster ray; "
                           f"this run is --cluster {backend}. Add --cluster ray, or leave them "

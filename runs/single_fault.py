@@ -19,11 +19,12 @@ from typing import Any
 
 import pytest
 
-from faults.catalogue import BACKEND_KINDS
+from faults.catalogue import backend_kinds
 from faults.schedule import Step
 from invariants.histogram import LatencyHistogram
 from invariants.requests import STEADY, WARMUP, Request, RequestPairer, Timeline
 from load.workload import WorkloadSpec
+from ordeal import kinds as kind_traits
 from ordeal.history.ops import MONITOR
 from ordeal.history.reader import read_history
 from runs.run import OrdealRun, assert_verdict
@@ -105,13 +106,6 @@ class FaultRun:
                 "details": d, "counterexamples": found[0].get("counterexamples") if found else None}
 
 
-#: Fault kinds that act on HTTP/1.1 exchanges inside the fault proxy (L7):
-#: requests another protocol carries through the same link (Triton's gRPC,
-#: HTTP/2) pass them untouched, so their suites judge the requests the
-#: engine sends over HTTP/1.1 (``Engine.l7_visible``).
-L7_KINDS = frozenset({"http_fault"})
-
-
 def split_by_phase(history_path: Any, after_heal_s: float,
                    keep_f: Any = None, warmup_s: float = 0.0) -> dict[str, PhaseStats]:
     """Requests and monitor samples of a history, by the phase they fell in
@@ -179,7 +173,7 @@ def skip_unless_runnable(run: OrdealRun, kind: str) -> None:
     why = run.unrunnable_kinds.get(kind)
     if why:
         pytest.skip(f"{kind} cannot run here: {why}")
-    if kind in BACKEND_KINDS and not getattr(run.cluster, "ray_nodes", None):
+    if kind in backend_kinds() and not getattr(run.cluster, "ray_nodes", None):
         pytest.skip(f"{kind} acts on the simulated nodes of --cluster ray; this run's cluster "
                     f"is --cluster {getattr(run.cluster, 'backend', '?')}")
 
@@ -217,7 +211,11 @@ def run_fault_steps(run: OrdealRun, steps: list[Step], *, load_s: float = 24.0,
     run.load(spec, schedule=steps, schedule_seed=seed, after_heal_s=after_heal_s, max_s=max_s)
     run.check()
     summary = run.finish()
-    l7 = all(step.kind in L7_KINDS for step in steps)
+    # Kinds that act on HTTP/1.1 exchanges inside the fault proxy
+    # (``KindTraits.http1_only``): requests another protocol carries through
+    # the same link (Triton's gRPC, HTTP/2) pass them untouched, so their
+    # suites judge the requests the engine sends over HTTP/1.1.
+    l7 = all((t := kind_traits.of(step.kind)) is not None and t.http1_only for step in steps)
     phases = split_by_phase(run.run_dir.history_path, after_heal_s,
                             run.engine.l7_visible if l7 else None,
                             run.checker_settings.warmup_s)

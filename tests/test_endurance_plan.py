@@ -13,29 +13,30 @@ import pytest
 
 from faults.schedule import Step, is_healed_at_end, steps_from_json
 from invariants import RunContext
+from ordeal import kinds as kind_traits
 from ordeal.config import ConfigError
 from ordeal.history.ops import MONITOR, NEMESIS
 from ordeal.history.writer import History
 from runs.endurance import (
-    CATALOGUE,
     EndurancePlan,
     EnduranceState,
     Judge,
     StopCondition,
+    default_choices,
     kinds_option,
     load_state,
     remaining_steps,
     save_state,
 )
 
-ALL = tuple(c.kind for c in CATALOGUE)
+ALL = tuple(c.kind for c in default_choices())
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_the_catalogue_has_every_kind_once():
-    from faults.catalogue import KINDS
-    assert sorted(ALL) == sorted(KINDS) and len(ALL) == 12
+    from faults.catalogue import common_kinds
+    assert sorted(ALL) == sorted(common_kinds()) and len(ALL) == len(set(ALL))
 
 
 def test_time_scale_divides_every_step_time_and_keeps_the_schedule():
@@ -270,7 +271,7 @@ def test_a_72_hour_plan_at_x72_is_thinned_to_fit_the_wall_clock_floors():
     little quiet, and 287 restarts of ~30 s each in one hour. Thinned: every
     kind in turn, each fault at its nominal (scaled) time or at most a quiet
     later, held and spaced at least the floors, a restart given its time."""
-    from runs.endurance import RESTARTING_KINDS, pairs_of
+    from runs.endurance import pairs_of
 
     plan = EndurancePlan(duration_s=72 * 3600, time_scale=72, seed=7)
     nominal = {s.key: s for s in EndurancePlan(duration_s=72 * 3600, seed=7).schedule()
@@ -290,7 +291,8 @@ def test_a_72_hour_plan_at_x72_is_thinned_to_fit_the_wall_clock_floors():
             planned.kind, planned.target, planned.params)
         assert (planned.at_s / 72 - 1e-3 <= inject.at_s
                 <= planned.at_s / 72 + plan.quiet_floor_s + 1e-3)
-        end = heal.at_s + (plan.restart_wall_s if inject.kind in RESTARTING_KINDS else 0)
+        restarts = inject.kind in kind_traits.restarting_kinds()
+        end = heal.at_s + (plan.restart_wall_s if restarts else 0)
         # The restart's time is the plan's: the nemesis must not pay it twice
         # (the first hour of this plan ran 25% late when it did).
         assert abs(heal.allow_s - (end - heal.at_s)) < 1e-6 and inject.allow_s == 0, (
@@ -309,7 +311,7 @@ def test_a_compressed_plan_keeps_a_steady_stretch_before_each_cycle_of_kinds():
     goodput and error_rate `unknown`. The thinned plan now keeps, before its
     first fault and after each cycle of kinds, the checkers' after-heal
     window plus min_window_requests at the rate, with no fault in it."""
-    from runs.endurance import RESTARTING_KINDS, pairs_of
+    from runs.endurance import pairs_of
 
     for rate, after_heal in ((1.0, 30.0), (8.0, 30.0), (1.0, 10.0)):
         plan = EndurancePlan(duration_s=72 * 3600, time_scale=72, seed=7, rate=rate,
@@ -319,7 +321,7 @@ def test_a_compressed_plan_keeps_a_steady_stretch_before_each_cycle_of_kinds():
         assert pairs[0][0].at_s >= plan.steady_gap_s
         steady = [pairs[0][0].at_s]
         for n, ((_, heal), (nxt, _)) in enumerate(zip(pairs, pairs[1:]), start=1):
-            allow = plan.restart_wall_s if heal.kind in RESTARTING_KINDS else 0.0
+            allow = plan.restart_wall_s if heal.kind in kind_traits.restarting_kinds() else 0.0
             gap = nxt.at_s - heal.at_s - allow
             if n % 12 == 0:  # a new cycle of the twelve kinds begins
                 steady.append(gap)

@@ -25,7 +25,7 @@ from nodes.ports import free_ports
 from ordeal.config import ConfigError
 from ordeal.faketime import prepare_clock_file
 from ordeal.history.ops import MONITOR, NEMESIS, Op
-from ordeal.target import TRUSTABLE_KINDS, read_target_file
+from ordeal.target import read_target_file, trustable_kinds
 from ordeal.topology import Endpoint
 from reports.summary import verdict_of
 
@@ -251,7 +251,7 @@ def test_the_trusted_kinds_come_from_the_target_file_checked(tmp_path):
     target = read_target_file(path)
     assert target.trusted_without_evidence == ("http_fault", "process_kill")
     assert target.describe()["trusted_without_evidence"] == ["http_fault", "process_kill"]
-    assert "process_kill" in TRUSTABLE_KINDS and "ray_node_loss" not in TRUSTABLE_KINDS
+    assert "process_kill" in trustable_kinds() and "ray_node_loss" not in trustable_kinds()
     path.write_text(base)
     assert read_target_file(path).trusted_without_evidence == ()
     for value, error in (('["http_fualt"]', r"unknown fault kind\(s\) \['http_fualt'\].*"

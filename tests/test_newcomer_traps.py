@@ -19,10 +19,10 @@ import zipfile
 from pathlib import Path
 
 from faults.catalogue import (
-    BACKEND_KINDS,
     CAP_BITS,
-    KINDS,
     REGISTRY,
+    backend_kinds,
+    common_kinds,
     tools_missing,
     unrunnable_kinds,
 )
@@ -59,9 +59,9 @@ def test_kinds_that_cannot_run_as_non_root_say_exactly_what_is_missing():
     # not the iptables ones, and it is told so.
     assert unrunnable_kinds(0, "cpu") == {}
     full = (1 << 41) - 1
-    assert unrunnable_kinds(0, "cpu", cap_eff=full, kinds=KINDS + BACKEND_KINDS) == {}
+    assert unrunnable_kinds(0, "cpu", cap_eff=full, kinds=common_kinds() + backend_kinds()) == {}
     no_net = unrunnable_kinds(0, "cpu", cap_eff=full & ~(1 << CAP_BITS["CAP_NET_ADMIN"]),
-                              kinds=KINDS + BACKEND_KINDS)
+                              kinds=common_kinds() + backend_kinds())
     assert set(no_net) == {"network_partition", "packet_loss", "ray_node_partition"}, no_net
     assert all(w.startswith("needs CAP_NET_ADMIN, which this root harness lacks")
                for w in no_net.values()), no_net
@@ -71,10 +71,11 @@ def test_kinds_whose_program_is_not_on_path_are_left_out_at_start_with_what_to_i
     """The H100 machine of 2026-12-07 had no iptables: the nemesis smoke's
     network_partition failed mid-run instead of being left out at start."""
     missing = tools_missing(lambda tool: None if tool == "iptables" else f"/usr/sbin/{tool}",
-                            kinds=KINDS + BACKEND_KINDS)
+                            kinds=common_kinds() + backend_kinds())
     assert missing == {"iptables"}
     assert tools_missing(lambda tool: f"/usr/sbin/{tool}") == set()
-    cannot = unrunnable_kinds(0, "cuda", kinds=KINDS + BACKEND_KINDS, missing_tools=missing)
+    cannot = unrunnable_kinds(0, "cuda", kinds=common_kinds() + backend_kinds(),
+                              missing_tools=missing)
     assert set(cannot) == {"network_partition", "packet_loss", "ray_node_partition"}, cannot
     assert all("needs iptables, which is not on this machine's PATH (install it: apt-get "
                "install iptables)" in why for why in cannot.values()), cannot

@@ -3,6 +3,7 @@
 # .whl/vllm/c1 .. c8 and .whl/harness are there (README.md: how they travel):
 #     bash docs/examples/gpu-vllm/device-suites.sh smoke    # pytest suites/ -m smoke
 #     bash docs/examples/gpu-vllm/device-suites.sh faults   # the GPU fault suites
+#     bash docs/examples/gpu-vllm/device-suites.sh rank     # process_pause scope=rank:0 (issue 45)
 # 1. device-run.sh's steps 1-2 (STOP_AFTER=install): the wheels checked and installed
 #    into the venv /tmp/vllm-env over the machine's torch (skipped once done);
 # 2. the harness's own missing wheels (.whl/harness: crc32c, libfaketime, pytest-asyncio);
@@ -27,11 +28,19 @@ fi
 export ORDEAL_STATE_DIR=/tmp/ordeal-state PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm --format=csv,noheader \
     | tee "$OUT/nvidia-smi-before-$WHAT.txt"
+if [ "$WHAT" = rank ]; then  # one replica, paused at rank 0 only: device-rank.py
+    MODEL=/tmp/ordeal-tiny-llama
+    [ -f $MODEL/model.safetensors ] || PYTHONPATH=$PWD $VPY -m engines.vllm.model --dest $MODEL \
+        --seed 0 --arch llama > "$OUT/model.log" 2>&1 || { tail -20 "$OUT/model.log"; exit 5; }
+    PYTHONPATH=$PWD timeout 480 $VPY docs/examples/gpu-vllm/device-rank.py $MODEL \
+        > "$OUT/rank.out" 2> "$OUT/rank.err"
+    rc=$?; cat "$OUT/rank.out"; tail -c 1500 "$OUT/rank.err"; exit $rc
+fi
 case "$WHAT" in
     smoke) suites=(suites/ -m smoke) ;;
     faults) suites=(suites/faults/test_gpu_throttle.py suites/faults/test_gpu_memory_pressure.py
                     -m faults) ;;
-    *) echo "usage: $0 smoke|faults"; exit 2 ;;
+    *) echo "usage: $0 smoke|faults|rank"; exit 2 ;;
 esac
 # The router is the embedded stack's (vllm-router 0.1.17): its known findings (the ~6 s
 # ejection of a stopped replica) are given explicitly; "auto" picks the shipped file only
