@@ -69,6 +69,7 @@ def write_history(path: Path, n_ops: int, seed: int = 0) -> None:
 
 def check_file(path: str) -> None:
     """Runs in a fresh process so peak RSS is this size's alone."""
+    import faults.catalogue  # noqa: F401 - the fault kinds the window checkers ask about
     from invariants import DEFAULT_CHECKERS, RunContext
     from invariants.base import check_all
     from ordeal.history.reader import read_history
