@@ -20,7 +20,8 @@ import pytest
 from fixtures.plugin import apply_options
 from reports.baseline import apply_baseline
 from reports.run_dir import RunDir
-from runs.endurance import EnduranceState, load_state, resume_history, run_endurance, save_state
+from runs.endurance import resume_history, run_endurance
+from runs.endurance_plan import EnduranceState, load_state, save_state
 from runs.run import OrdealRun
 
 pytestmark = [pytest.mark.endurance, pytest.mark.cluster]

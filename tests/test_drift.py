@@ -174,7 +174,8 @@ def test_memory_is_bounded_over_72_hours():
 
 
 def test_endurance_judges_drift_only_on_runs_long_enough():
-    from runs.endurance import EndurancePlan, drift_judged
+    from runs.endurance import drift_judged
+    from runs.endurance_plan import EndurancePlan
 
     settings = CheckerSettings()
     assert drift_judged(EndurancePlan(duration_s=150 * 60), settings) is None

@@ -17,15 +17,15 @@ from ordeal import kinds as kind_traits
 from ordeal.config import ConfigError
 from ordeal.history.ops import MONITOR, NEMESIS
 from ordeal.history.writer import History
-from runs.endurance import (
+from runs.endurance import remaining_steps
+from runs.endurance_judge import Judge
+from runs.endurance_plan import (
     EndurancePlan,
     EnduranceState,
-    Judge,
     StopCondition,
     default_choices,
     kinds_option,
     load_state,
-    remaining_steps,
     save_state,
 )
 
@@ -271,7 +271,7 @@ def test_a_72_hour_plan_at_x72_is_thinned_to_fit_the_wall_clock_floors():
     little quiet, and 287 restarts of ~30 s each in one hour. Thinned: every
     kind in turn, each fault at its nominal (scaled) time or at most a quiet
     later, held and spaced at least the floors, a restart given its time."""
-    from runs.endurance import pairs_of
+    from runs.endurance_plan import pairs_of
 
     plan = EndurancePlan(duration_s=72 * 3600, time_scale=72, seed=7)
     nominal = {s.key: s for s in EndurancePlan(duration_s=72 * 3600, seed=7).schedule()
@@ -311,7 +311,7 @@ def test_a_compressed_plan_keeps_a_steady_stretch_before_each_cycle_of_kinds():
     goodput and error_rate `unknown`. The thinned plan now keeps, before its
     first fault and after each cycle of kinds, the checkers' after-heal
     window plus min_window_requests at the rate, with no fault in it."""
-    from runs.endurance import pairs_of
+    from runs.endurance_plan import pairs_of
 
     for rate, after_heal in ((1.0, 30.0), (8.0, 30.0), (1.0, 10.0)):
         plan = EndurancePlan(duration_s=72 * 3600, time_scale=72, seed=7, rate=rate,
@@ -341,7 +341,7 @@ def test_the_hold_floor_follows_the_request_rate():
     1 req/s: fault_effective unknown, availability judged on 1-5 requests).
     The hold floor is min_window_requests at the plan's rate; at the
     default 8 req/s it stays x20's 1 s, so those plans are unchanged."""
-    from runs.endurance import pairs_of
+    from runs.endurance_plan import pairs_of
 
     at_8 = EndurancePlan(duration_s=72 * 3600, time_scale=72, seed=7)
     at_1 = EndurancePlan(duration_s=72 * 3600, time_scale=72, seed=7, rate=1.0)
@@ -396,7 +396,7 @@ def test_a_thinned_plan_at_a_low_rate_leaves_requests_after_each_heal_and_for_cl
     unknown). The thinned plan now keeps 8 requests' worth of quiet before
     each fault and holds clock_drift 8 requests per replica; at 8 req/s the
     floors stay those of x20."""
-    from runs.endurance import pairs_of
+    from runs.endurance_plan import pairs_of
 
     plan = EndurancePlan(duration_s=72 * 3600, time_scale=72, rate=1.0, replicas=2)
     assert plan.quiet_floor_s == 8.0 and plan.hold_floor_for("clock_drift") == 16.0

@@ -24,7 +24,7 @@ from ordeal import kinds as kind_traits
 from ordeal.config import ConfigError
 from ordeal.kinds import EnduranceChoice, KindTraits
 from ordeal.target import read_target_file, trustable_kinds
-from runs.endurance import EndurancePlan, all_choices, kinds_option
+from runs.endurance_plan import EndurancePlan, all_choices, kinds_option
 
 REPO = Path(__file__).resolve().parent.parent
 NAME = "throwaway_stall"
