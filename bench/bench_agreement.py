@@ -1,7 +1,7 @@
 """Item 2 of the performance issue: does the suite measure what vLLM measures?
 
 One real local vLLM replica (the tiny model, engines/vllm/nodes.py). The
-same prompts (load.workload.plan_requests: streamed completions, greedy,
+same prompts (load.plan.plan_requests: streamed completions, greedy,
 8-32 words, 16-48 tokens) at the same rate with steady arrivals, sent in
 alternating runs by Ordeal's workload client (WorkloadRunner + History, the
 suite's path) and by vLLM's own benchmark client (bench/vllm_client.py, the
@@ -50,7 +50,7 @@ METRICS = (("ttft_ms", "ttft"), ("tpot_ms", "tpot"), ("itl_ms", "itl"), ("e2e_ms
 
 
 def spec_for(rate: float, duration: float, seed: int) -> Any:
-    from load.workload import WorkloadSpec
+    from load.spec import WorkloadSpec
     return WorkloadSpec(duration_s=duration, mode="open", rate=rate, burstiness=UNIFORM,
                         seed=seed, prompt_words=(8, 32), max_tokens=(16, 48), stream_share=1.0,
                         chat_share=0.0, canary_every=0, temperature=0.0, timeout_s=60.0)
@@ -135,7 +135,7 @@ class VllmWorker:
 
 
 def write_prompts(rate: float, duration: float, seed: int, tmp: Path) -> Path:
-    from load.workload import plan_requests
+    from load.plan import plan_requests
 
     plan = list(plan_requests(spec_for(rate, duration, seed), limit_s=duration))
     path = tmp / f"prompts-{seed}-{rate:g}.jsonl"

@@ -80,8 +80,10 @@ def stamps(text: str) -> list[int]:
 
 def run_ordeal(args: argparse.Namespace) -> dict[str, Any]:
     from load import event_loop
+    from load.plan import plan_requests
+    from load.spec import WorkloadSpec
     from load.workers import run_in_workers
-    from load.workload import WorkloadRunner, WorkloadSpec, plan_requests
+    from load.workload import WorkloadRunner
     from ordeal.history.ops import stream_texts
     from ordeal.history.reader import read_history
     from ordeal.history.writer import History
@@ -155,7 +157,8 @@ def run_ordeal(args: argparse.Namespace) -> dict[str, Any]:
 def vllm_prompts(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The same prompts Ordeal's client sends (its plan, 8 words, fixed
     tokens); a closed loop gets enough for ``duration`` at full speed."""
-    from load.workload import WorkloadSpec, plan_requests
+    from load.plan import plan_requests
+    from load.spec import WorkloadSpec
 
     closed = args.concurrency is not None
     n = (args.concurrency * max(1, round(args.duration * 1000 / (args.tokens * args.itl_ms)))

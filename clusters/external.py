@@ -33,7 +33,7 @@ from engines.registry import engine_for
 from faults.base import FaultError
 from faults.hook import HookFault
 from faults.proxy.client import ProxyError, ToxiproxyClient
-from load.workload import ClientOptions
+from load.client import ClientOptions
 from nodes.external import ExternalNode
 from nodes.ports import free_ports
 from nodes.process import ManagedProcess

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from invariants.base import Result
-from load.workload import EngineClient, WorkloadSpec
+from load.client import EngineClient
+from load.spec import WorkloadSpec
 from nodes.local import LocalNode
 from ordeal.history.ops import Op
 from ordeal.topology import Endpoint

@@ -55,7 +55,8 @@ from multiprocessing.connection import Client, Connection, answer_challenge, del
 from typing import Any, Callable, Protocol
 
 from load import event_loop
-from load.workload import OpenAIClient, WorkloadRunner, url_endpoint
+from load.client import OpenAIClient, url_endpoint
+from load.workload import WorkloadRunner
 from ordeal.config import ConfigError
 from ordeal.history.writer import HistoryWriteError
 from ordeal.ownership import SESSION_NETWORKS, NotOurs
@@ -81,7 +82,7 @@ class WorkerJob:
 
     spec: Any  # WorkloadSpec
     base_url: str
-    options: Any  # load.workload.ClientOptions or None
+    options: Any  # load.client.ClientOptions or None
     index: int
     count: int
     rid_prefix: str
@@ -566,7 +567,7 @@ async def run_in_workers(runner: WorkloadRunner, count: int, options: Any = None
     this loop records their ops into ``runner.history`` and decides when
     they stop, by the same rule (the duration, then ``until``, never past
     ``max_s``, or ``runner.stop()``). ``options``: the OpenAI client's
-    (load.workload.ClientOptions; an external deployment's headers, key
+    (load.client.ClientOptions; an external deployment's headers, key
     variable, TLS). Sets ``runner.t0``, ``runner.worker_errors`` (a
     worker that died) and ``runner.worker_cpu_s`` (the workers' CPU from
     the shared start). ``loop``: each worker's event loop (load.event_loop).

@@ -43,7 +43,7 @@ Token distributions (``tokens = ...``): ``16`` (fixed), ``{dist = "fixed",
 value = 16}``, ``{dist = "uniform", min, max}``, ``{dist = "normal", mean,
 stddev, min?, max?}``, ``{dist = "lognormal", mean, sigma, min?, max?}``;
 ``min`` defaults to 1, ``max`` to no clamp. Prompt lengths are counted in
-words of ``load.workload.WORDS`` (the client has no tokenizer): about one
+words of ``load.spec.WORDS`` (the client has no tokenizer): about one
 token each in common tokenizers, 2-6 (3.7 on average) in the tiny model's
 BPE. Output lengths are exact (``max_tokens``).
 
@@ -70,7 +70,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from load.workload import (
+from load.spec import (
     DISTRIBUTION_PARAMS,
     DISTRIBUTIONS,
     Distribution,

@@ -203,7 +203,7 @@ class TargetSpec:
     replica_header: str | None = None
 
     def node_names(self) -> tuple[tuple[str, str], ...]:
-        """``replica_header`` value -> replica name (load.workload.ClientOptions)."""
+        """``replica_header`` value -> replica name (load.client.ClientOptions)."""
         return tuple((v, r.name) for r in self.replicas for v in r.header_values())
 
     def hook(self, kind: str, node: str) -> Hook | None:

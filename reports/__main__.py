@@ -31,7 +31,8 @@ from ordeal.config import ConfigError
 
 from .baseline import Comparison, load_baseline, load_thresholds
 from .baseline import compare as compare_baseline
-from .html import REPORT_NAME, load_summary, render_report
+from .html import load_summary, render_report
+from .html_common import REPORT_NAME
 
 #: Where the plugin writes runs (``<rootdir>/reports/runs``) when pytest runs
 #: from here: in a checkout that is this package's own runs/, for an installed

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from load.workload import WorkloadSpec
+from load.spec import WorkloadSpec
 from ordeal.config import ConfigError
 
 #: Bytes of the history per request: the invoke op, the answer op without

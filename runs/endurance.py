@@ -29,7 +29,7 @@ from invariants.base import Result
 from invariants.drift import Drift, Series
 from invariants.settings import CheckerSettings
 from load.router_watch import RouterGone
-from load.workload import WorkloadSpec
+from load.spec import WorkloadSpec
 from ordeal.history.writer import History
 from runs.endurance_judge import Judge, fmt_s
 from runs.endurance_plan import EndurancePlan, EnduranceState, load_state, save_state

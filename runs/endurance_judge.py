@@ -22,7 +22,7 @@ from load import heap
 from ordeal.history.ops import HARNESS, MONITOR, Op
 from ordeal.history.reader import HistoryTail
 from ordeal.history.windows import INJECTED, FaultWindows, Window
-from reports.html import MAX_INTERIM_FAULTS, render_interim
+from reports.html_interim import MAX_INTERIM_FAULTS, render_interim
 from reports.run_dir import write_json_atomic
 from runs.endurance_plan import EndurancePlan, EnduranceState
 

@@ -46,7 +46,9 @@ from invariants import (
 )
 from invariants.base import check_all
 from load.monitor import Monitor
-from load.workload import PlannedRequest, WorkloadRunner, WorkloadSpec
+from load.plan import PlannedRequest
+from load.spec import WorkloadSpec
+from load.workload import WorkloadRunner
 from ordeal.config import ConfigError
 from ordeal.history.ops import NEMESIS
 from ordeal.history.reader import read_history

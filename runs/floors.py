@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from invariants import Result
-from load.workload import WorkloadSpec, plan_requests
+from load.plan import plan_requests
+from load.spec import WorkloadSpec
 
 #: Past this many planned requests the plan is not walked (a 72-hour run):
 #: its count is taken as rate x duration, the plan's own expectation.

@@ -59,7 +59,8 @@ from invariants import (
 from invariants.gpu import GpuMemoryBack, ThrottleExplained
 from invariants.settings import CheckerSettings, SLOTargets
 from load.monitor import Monitor
-from load.workload import WorkloadSpec, plan_requests
+from load.plan import plan_requests
+from load.spec import WorkloadSpec
 from nodes.ports import free_ports
 from ordeal.history.reader import read_history
 from ordeal.topology import Endpoint

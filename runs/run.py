@@ -30,12 +30,13 @@ from invariants.gpu import GpuMemoryBack, ThrottleExplained
 from invariants.known import KnownFindings
 from invariants.planted import PLANTED, with_planted
 from invariants.requests import STEADY, WARMUP, RequestPairer, Timeline
+from load import event_loop
 from load.health_probe import HealthProbe
 from load.monitor import Monitor
 from load.router_watch import DEFAULT_GRACE_S, RouterGone, RouterWatch
-from load import event_loop
+from load.spec import WorkloadSpec, describe_spec, spec_to_dict
 from load.workers import run_in_workers
-from load.workload import WorkloadRunner, WorkloadSpec, describe_spec, spec_to_dict
+from load.workload import WorkloadRunner
 from load.workload_file import WorkloadFile
 from ordeal.config import ConfigError
 from ordeal.history.ops import HARNESS, MONITOR, NEMESIS, Op, utc_iso

@@ -23,7 +23,7 @@ from faults.catalogue import backend_kinds
 from faults.schedule import Step
 from invariants.histogram import LatencyHistogram
 from invariants.requests import STEADY, WARMUP, Request, RequestPairer, Timeline
-from load.workload import WorkloadSpec
+from load.spec import WorkloadSpec
 from ordeal import kinds as kind_traits
 from ordeal.history.ops import MONITOR
 from ordeal.history.reader import read_history

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from load.workload import WorkloadSpec
+from load.spec import WorkloadSpec
 
 #: Into the load: the steady state first, then the shape; and the load's length.
 PLANT_AT_S = 5.0

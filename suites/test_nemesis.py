@@ -15,7 +15,7 @@ import pytest
 
 from faults import Ledger
 from faults.schedule import FaultChoice, Step, is_healed_at_end, leave_out, plan_schedule
-from load.workload import WorkloadSpec
+from load.spec import WorkloadSpec
 from runs.run import assert_verdict, not_judged
 
 pytestmark = [pytest.mark.smoke, pytest.mark.cluster]

@@ -15,7 +15,7 @@ import json
 import pytest
 
 from faults import Ledger, ProcessKill
-from load.workload import WorkloadSpec
+from load.spec import WorkloadSpec
 from runs.run import PlannedFault, assert_verdict, not_judged
 
 pytestmark = [pytest.mark.smoke, pytest.mark.cluster]

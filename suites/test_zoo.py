@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from faults.zoo import SHAPES
-from load.workload import WorkloadSpec
+from load.spec import WorkloadSpec
 from runs.run import assert_verdict
 from runs.zoo import LOAD_S, append_record, run_shape, shape_problems
 

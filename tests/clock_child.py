@@ -20,7 +20,7 @@ from typing import Any
 
 from faults.factory import build_faults
 from faults.ledger import Ledger
-from load.workload import WorkloadSpec
+from load.spec import WorkloadSpec
 from ordeal.topology import Endpoint, Link
 from reports.run_dir import RunDir
 from runs.run import OrdealRun, PlannedFault

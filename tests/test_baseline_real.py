@@ -19,7 +19,7 @@ import pytest
 
 from faults.factory import build_faults
 from faults.ledger import Ledger
-from load.workload import WorkloadSpec
+from load.spec import WorkloadSpec
 from reports.baseline import apply_baseline
 from reports.run_dir import RunDir
 from runs.run import OrdealRun

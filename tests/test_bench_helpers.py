@@ -15,7 +15,8 @@ from bench.bench_faults import Probe, first_seen
 from bench.bench_load import sustained
 from bench.common import diff_pct, pct, start_sse_server
 from bench.load_clients import stamps
-from load.workload import PlannedRequest, send_request
+from load.client import send_request
+from load.plan import PlannedRequest
 
 
 def test_pct_is_numpys_linear_percentile():

@@ -13,7 +13,9 @@ import pytest
 
 from faults.base import FaultError
 from faults.safety import require_ours
-from load.workload import WorkloadRunner, WorkloadSpec, url_endpoint
+from load.client import url_endpoint
+from load.spec import WorkloadSpec
+from load.workload import WorkloadRunner
 from ordeal.history.reader import read_history
 from ordeal.history.writer import History
 from ordeal.ownership import SESSION_NETWORKS, NotOurs

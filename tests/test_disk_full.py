@@ -21,7 +21,7 @@ import pytest
 from faults.factory import build_faults
 from faults.ledger import Ledger
 from faults.proxy.client import ProxyClient
-from load.workload import WorkloadSpec
+from load.spec import WorkloadSpec
 from ordeal.history.reader import read_history
 from ordeal.history.writer import History, HistoryWriteError
 from reports.run_dir import RunDir

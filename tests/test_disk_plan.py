@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from load.workload import Distribution, WorkloadSpec
+from load.spec import Distribution, WorkloadSpec
 from ordeal.config import ConfigError
 from runs.disk_plan import (
     FREE_FACTOR,

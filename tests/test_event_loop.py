@@ -55,7 +55,7 @@ class SendTimes:
     def prepare(self, req, request_id):
         import time
 
-        from load.workload import Outcome, Prepared
+        from load.client import Outcome, Prepared
 
         self.sent[req.seq] = time.monotonic()
 
@@ -77,7 +77,9 @@ def test_no_request_is_sent_before_it_is_due_when_a_timer_wakes_early(tmp_path, 
     if loop == "uvloop":
         pytest.importorskip("uvloop", reason="uvloop comes with vLLM's dependencies")
     from load import workload
-    from load.workload import WorkloadRunner, WorkloadSpec, plan_requests
+    from load.plan import plan_requests
+    from load.spec import WorkloadSpec
+    from load.workload import WorkloadRunner
     from ordeal.history.writer import History
 
     real_sleep = asyncio.sleep

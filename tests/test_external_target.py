@@ -45,7 +45,7 @@ from faults.ledger import Ledger
 from faults.network_latency import NetworkLatency
 from faults.proxy.launch import ProxyProcess
 from invariants.known import embedded_file
-from load.workload import ClientOptions, Outcome, scrubbed
+from load.client import ClientOptions, Outcome, scrubbed
 from nodes.external import ExternalNode
 from nodes.ports import free_ports
 from nodes.waits import http_get

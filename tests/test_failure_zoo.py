@@ -157,7 +157,7 @@ def test_this_commit_s_zoo_shape_is_caught_on_the_shared_cluster(ordeal_run, ord
     """The zoo in every CI, as far as its budget goes: one shape, planted in
     the tests' shared real cluster, must fail the default verdict on one of
     the invariants it names (the suite's own check, runs/zoo.py)."""
-    from load.workload import WorkloadSpec
+    from load.spec import WorkloadSpec
     from runs.zoo import LOAD_S, run_shape, shape_problems
 
     shape = SHAPES[shape_of_this_commit()]

@@ -13,7 +13,7 @@ import pytest
 from faults import iptables
 from faults.ledger import Ledger
 from faults.network_partition import NetworkPartition
-from load.workload import WorkloadSpec
+from load.spec import WorkloadSpec
 from nodes.ports import free_ports
 from ordeal.history.ops import HARNESS
 from ordeal.history.reader import read_history

@@ -27,7 +27,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from load.client import answer_shape, send_request
 from load.metrics import MetricsParseError, parse_metrics
+from load.plan import PlannedRequest
 from load.sse import (
     MAX_EVENT_BYTES,
     MAX_KEPT_PROBLEMS,
@@ -36,7 +38,6 @@ from load.sse import (
     SSEParser,
     StreamRecorder,
 )
-from load.workload import PlannedRequest, answer_shape, send_request
 
 FUZZ_EXAMPLES = int(os.environ.get("ORDEAL_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None,

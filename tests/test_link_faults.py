@@ -41,7 +41,9 @@ from faults.proxy import ProxyClient
 from faults.proxy.launch import ProxyProcess
 from invariants import RunContext, StreamWellFormed
 from invariants.usage import UsageMatchesTokens
-from load.workload import CANARY_PROMPTS, Outcome, PlannedRequest, send_request
+from load.client import Outcome, send_request
+from load.plan import PlannedRequest
+from load.spec import CANARY_PROMPTS
 from nodes.ports import free_ports
 from ordeal.history.reader import read_history
 from ordeal.history.writer import History

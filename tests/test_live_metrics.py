@@ -76,7 +76,7 @@ def test_a_planted_history_s_figures_are_served(tmp_path):
 @pytest.mark.cluster
 def test_a_run_s_endpoint_is_scraped_while_it_goes_and_agrees_with_its_summary(
         ordeal_run, ordeal_say):
-    from load.workload import WorkloadSpec
+    from load.spec import WorkloadSpec
     run = ordeal_run
     run.metrics_port = 0  # a free port
     during: dict = {}

@@ -26,9 +26,16 @@ import pytest
 
 from faults import iptables
 from load.monitor import node_journal
-from load.workers import (ProcessHandle, SocketWorkers, check_workers, connect_and_run,
-                          run_in_workers)
-from load.workload import WorkloadRunner, WorkloadSpec, plan_requests
+from load.plan import plan_requests
+from load.spec import WorkloadSpec
+from load.workers import (
+    ProcessHandle,
+    SocketWorkers,
+    check_workers,
+    connect_and_run,
+    run_in_workers,
+)
+from load.workload import WorkloadRunner
 from ordeal.config import ConfigError
 from ordeal.history.reader import read_history
 from ordeal.history.writer import History

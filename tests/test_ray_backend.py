@@ -38,8 +38,10 @@ from faults.base import FaultError
 from faults.ledger import Ledger
 from faults.process_kill import ProcessKill
 from faults.ray_node import RayNodeLoss, RayNodePartition, RayNodePause, partition_rules, port_lists
+from load.plan import plan_requests
+from load.spec import WorkloadSpec
 from load.workers import run_in_workers
-from load.workload import WorkloadRunner, WorkloadSpec, plan_requests
+from load.workload import WorkloadRunner
 from ordeal import cgroup2, procfs
 from ordeal.config import ClusterSpec, ConfigError
 from ordeal.history.reader import read_history

@@ -17,7 +17,8 @@ from engines.vllm.nodes import SERVED_MODEL_NAME, ReplicaConfig, VllmReplica
 from faults import Ledger, ProcessKill
 from invariants import NoSilentLoss, RunContext, StreamWellFormed
 from load.monitor import node_journal
-from load.workload import CANARY_PROMPTS, WorkloadRunner, WorkloadSpec
+from load.spec import CANARY_PROMPTS, WorkloadSpec
+from load.workload import WorkloadRunner
 from nodes.ports import free_ports
 from nodes.process import group_members
 from ordeal.history.reader import read_history
@@ -91,7 +92,8 @@ def test_real_traffic_is_recorded_and_judged_valid(ordeal_cluster, tmp_path):
     async def direct():
         import aiohttp
 
-        from load.workload import PlannedRequest, send_request
+        from load.client import send_request
+        from load.plan import PlannedRequest
         req = PlannedRequest(0, 0.0, "completions", True, "direct sequence", 12, 0.0, False)
         async with aiohttp.ClientSession() as s:
             return await send_request(s, ordeal_cluster.replicas()[0].endpoint.url, req,

@@ -303,7 +303,7 @@ def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 @pytest.mark.cluster
 @pytest.mark.needs("chromium", no_chromium)
 def test_real_run_report_renders_in_headless_chromium(ordeal_cluster, tmp_path):
-    from load.workload import WorkloadSpec
+    from load.spec import WorkloadSpec
     from runs.run import OrdealRun
 
     run = OrdealRun(RunDir.create(tmp_path / "runs", "report_screenshot"), "report_screenshot",

@@ -25,7 +25,7 @@ from faults.factory import build_faults
 from faults.ledger import Ledger
 from faults.proxy.client import ProxyClient
 from load.router_watch import RouterGone, RouterWatch, exit_status_text
-from load.workload import WorkloadSpec
+from load.spec import WorkloadSpec
 from nodes.local import LocalNode
 from nodes.ports import free_ports
 from nodes.process import ManagedProcess

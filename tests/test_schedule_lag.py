@@ -19,7 +19,8 @@ from invariants import LatencySLO, RunContext, ScheduleLag
 from invariants.requests import RequestPairer, Timeline
 from invariants.settings import CheckerSettings, SLOTargets
 from invariants.slo import figure
-from load.workload import WorkloadRunner, WorkloadSpec
+from load.spec import WorkloadSpec
+from load.workload import WorkloadRunner
 from nodes.ports import free_ports
 from ordeal.history.ops import Op
 from ordeal.history.reader import read_history

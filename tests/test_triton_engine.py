@@ -28,7 +28,8 @@ from faults.factory import build_faults
 from invariants import RunContext
 from invariants.sequence import SequenceConsistent, rejection_cause
 from load.metrics import fetch_metrics
-from load.workload import WorkloadRunner, WorkloadSpec
+from load.spec import WorkloadSpec
+from load.workload import WorkloadRunner
 from ordeal.config import ClusterSpec
 from ordeal.history.ops import Op
 from ordeal.history.reader import read_history

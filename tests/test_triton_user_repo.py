@@ -20,7 +20,8 @@ from conftest import triton_cluster_of
 from engines.triton.adapter import TritonEngine
 from engines.triton.generate_client import _take, chat_text, generate_body
 from engines.triton.user_repo import read_user_repository
-from load.workload import PlannedRequest, WorkloadSpec
+from load.plan import PlannedRequest
+from load.spec import WorkloadSpec
 from ordeal.config import ClusterSpec, ConfigError
 from reports.run_dir import RunDir
 from runs.run import OrdealRun

@@ -238,7 +238,7 @@ def test_a_replica_that_dies_on_its_own_fails_the_run_and_is_started_before_the_
     import signal
     import threading
 
-    from load.workload import WorkloadSpec
+    from load.spec import WorkloadSpec
     from runs.shared_cluster import revive_down_nodes
 
     victim = ordeal_cluster.replicas()[-1]

@@ -14,7 +14,8 @@ import pytest
 from aiohttp import web
 
 from invariants import NoSilentLoss, RunContext, StreamWellFormed
-from load.workload import WorkloadRunner, WorkloadSpec
+from load.spec import WorkloadSpec
+from load.workload import WorkloadRunner
 from nodes.ports import free_ports
 from ordeal.history.reader import read_history
 from ordeal.history.writer import History

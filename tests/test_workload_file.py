@@ -12,16 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from load.workload import (
+from load.client import plan_extras
+from load.plan import PlannedRequest, group_prefixes, plan_requests
+from load.spec import (
     ASSISTANT_PLACEHOLDER,
     Distribution,
-    PlannedRequest,
     WorkloadSpec,
-    _plan_extras,
     describe_spec,
-    group_prefixes,
     load_dataset,
-    plan_requests,
     spec_to_dict,
 )
 from load.workload_file import read_workload_file
@@ -61,7 +59,7 @@ def test_old_constructor_and_bodies_unchanged():
                                  "include_usage": True, "continuous_usage_stats": True}}
     chat = PlannedRequest(1, 0.0, "chat", False, "hi", 8, 0.7, False)
     assert chat.body("m")["messages"] == [{"role": "user", "content": "hi"}]
-    assert _plan_extras(req) == {}  # a plain request's invoke op is as it was
+    assert plan_extras(req) == {}  # a plain request's invoke op is as it was
 
 
 def test_long_output_example_is_long_streamed_and_keeps_canaries():
@@ -160,7 +158,7 @@ def test_multi_turn_bodies_carry_the_history():
             {"role": "user", "content": t2.prompt},
             {"role": "assistant", "content": ASSISTANT_PLACEHOLDER},
             {"role": "user", "content": t3.prompt}]
-        assert _plan_extras(t3) == {"conversation": first, "turn": 3}
+        assert plan_extras(t3) == {"conversation": first, "turn": 3}
 
 
 def test_canaries_interleave_with_conversations_and_completions_stay_single():

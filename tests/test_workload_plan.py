@@ -2,7 +2,8 @@ import statistics
 
 import pytest
 
-from load.workload import WorkloadSpec, plan_requests
+from load.plan import plan_requests
+from load.spec import WorkloadSpec
 from ordeal.config import ConfigError
 
 

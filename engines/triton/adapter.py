@@ -60,7 +60,7 @@ from invariants import (
 )
 from invariants.base import Result
 from invariants.sequence import SequenceConsistent
-from load.workload import WorkloadSpec
+from load.spec import WorkloadSpec
 from nodes.local import LocalNode
 from ordeal.history.ops import Op
 from ordeal.topology import Endpoint

@@ -1,6 +1,6 @@
 """The workload's client for a Triton cluster, with ``tritonclient``.
 
-The same seeded plan as for vLLM (load.workload.plan_requests) becomes
+The same seeded plan as for vLLM (load.plan.plan_requests) becomes
 Triton calls, all through the router's one port:
 
   streamed or canary request -> gRPC streaming on the decoupled model
@@ -35,7 +35,9 @@ from typing import Any
 from engines.triton.haproxy import SEQUENCE_HEADER
 from engines.triton.models import GENERATE_MODEL, ONCE_MODEL, SEQUENCE_MODEL
 from engines.triton.pytriton import send_generate
-from load.workload import Outcome, PlannedRequest, Prepared, WorkloadSpec, _latencies, output_hash
+from load.client import Outcome, Prepared, _latencies, output_hash
+from load.plan import PlannedRequest
+from load.spec import WorkloadSpec
 
 JUMP_MODES = ("skip", "repeat", "restart")
 

@@ -30,17 +30,10 @@ from typing import Any
 
 import aiohttp
 
+from load.client import MAX_BODY, Outcome, Prepared, _latencies, output_hash, read_body
+from load.plan import PlannedRequest
+from load.spec import WorkloadSpec
 from load.sse import SSEParser
-from load.workload import (
-    MAX_BODY,
-    Outcome,
-    PlannedRequest,
-    Prepared,
-    WorkloadSpec,
-    _latencies,
-    output_hash,
-    read_body,
-)
 
 #: Optional inputs the client fills when the model declares them.
 KNOWN_INPUTS = ("stream", "max_tokens", "temperature", "exclude_input_in_output",

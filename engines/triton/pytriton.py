@@ -15,7 +15,7 @@ generate_stream`` with ``{"text_input": [UTF-8 bytes], "max_tokens",
 "temperature"}``, one SSE
 event per token (``text_output``, ``token_id``), the stream ending when the
 model sends its final flag. ``send_generate`` records TTFT, ITL, TPOT and E2E
-as ``vllm bench serve`` defines them (load.workload._latencies), so the
+as ``vllm bench serve`` defines them (load.client._latencies), so the
 SLO checkers read these requests as they read vLLM's. Health is
 ``/v2/health/ready``; metrics (Triton's own, incl. its GPU memory view)
 are on the metrics port.
@@ -34,7 +34,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from load.workload import Outcome, _latencies, output_hash
+from load.client import Outcome, _latencies, output_hash
 from nodes.local import LocalNode
 from nodes.process import REPO_ROOT, ManagedProcess
 from nodes.waits import wait_http_ok

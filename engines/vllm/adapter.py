@@ -32,8 +32,9 @@ from engines.vllm.nodes import (
 )
 from invariants import DEFAULT_CHECKERS
 from invariants.base import Result
+from load.client import OpenAIClient
 from load.metrics import fetch_metrics
-from load.workload import OpenAIClient, WorkloadSpec
+from load.spec import WorkloadSpec
 from nodes.local import LocalNode
 from nodes.ports import free_ports
 from ordeal.config import ConfigError, redact_argv, redact_env
