@@ -1,7 +1,7 @@
 """``python -m faults heal-all``: end what crashed harnesses left behind,
 as every suite start does, one line per thing ended. (``python -m faults
 export --chaos-mesh FILE`` writes a schedule's Chaos Mesh manifests instead:
-faults/chaos_mesh.py.)
+faults/chaos_mesh/.)
 
 First the process groups their clusters started (nodes, engines, router,
 fault proxy, Ray nodes), by their process records (ordeal.ownership:
@@ -99,7 +99,7 @@ options cannot map. How schedule targets become label selectors:
   client-router        link: router pods and --client-cidr (downstream only)
 
 Exit status: 0 written, 1 nothing could be exported (summary.txt says why),
-2 a bad schedule file or option. Details: faults/chaos_mesh.py and
+2 a bad schedule file or option. Details: faults/chaos_mesh/ and
 docs/examples/kubernetes/README.md.
 """
 

@@ -1,4 +1,4 @@
-"""``python -m faults export --chaos-mesh`` (faults/chaos_mesh.py): a schedule
+"""``python -m faults export --chaos-mesh`` (faults/chaos_mesh/): a schedule
 as Chaos Mesh manifests.
 
 The expectations are written by hand here from Chaos Mesh's API (v2.8.3,
