@@ -29,10 +29,11 @@ from typing import Any
 
 from ordeal.config import ConfigError
 
-from .baseline import Comparison, load_baseline, load_thresholds
+from .baseline import Comparison, load_baseline
 from .baseline import compare as compare_baseline
 from .html import load_summary, render_report
 from .html_common import REPORT_NAME
+from .thresholds import load_thresholds
 
 #: Where the plugin writes runs (``<rootdir>/reports/runs``) when pytest runs
 #: from here: in a checkout that is this package's own runs/, for an installed

@@ -15,16 +15,8 @@ import pytest
 
 from ordeal.config import ConfigError
 from reports.__main__ import main
-from reports.baseline import (
-    BaselineError,
-    InvariantRules,
-    Thresholds,
-    apply_baseline,
-    compare,
-    extract_figures,
-    load_baseline,
-    load_thresholds,
-)
+from reports.baseline import BaselineError, apply_baseline, compare, extract_figures, load_baseline
+from reports.thresholds import InvariantRules, Thresholds, load_thresholds
 
 FAULT = "network_latency@client-router#1"
 PCTS = ("count", "mean", "min", "max", "p50", "p90", "p95", "p99", "p99.9")

@@ -522,7 +522,7 @@ def file_problems(where: str, block: Block, tmp: Path) -> list[str]:
     from invariants.settings import settings_from_file
     from ordeal.config import ConfigError
     from ordeal.target import read_target_file
-    from reports.baseline import load_thresholds
+    from reports.thresholds import load_thresholds
 
     kind = toml_kind(block)
     if kind is None:
