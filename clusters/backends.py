@@ -12,7 +12,8 @@ from clusters.docker import DockerCluster, DockerError
 from clusters.docker_image import ImageError
 from clusters.external import ExternalCluster
 from clusters.local import LocalCluster
-from clusters.ray import RayCluster, RayError
+from clusters.ray import RayCluster
+from clusters.ray_runtime import RayError
 from engines.triton.haproxy import HaproxyMissing
 from engines.triton.server import TritonMissing
 from ordeal.config import ClusterSpec, ConfigError

@@ -74,14 +74,8 @@ from ordeal.containers import (
     docker_client,
 )
 from ordeal.faketime import DEBIAN_LIBFAKETIME, faketime_env, prepare_clock_file
-from ordeal.ownership import (
-    CLUSTER_ENV,
-    NODE_ENV,
-    OWNER_PID_ENV,
-    SESSION_NETWORKS,
-    Allowance,
-    Owner,
-)
+from ordeal.networks import SESSION_NETWORKS, Allowance
+from ordeal.ownership import CLUSTER_ENV, NODE_ENV, OWNER_PID_ENV, Owner
 from ordeal.topology import Endpoint, Link, NodeNotReady, Role
 
 Progress = Callable[[str], None]

@@ -38,7 +38,7 @@ from nodes.external import ExternalNode
 from nodes.ports import free_ports
 from nodes.process import ManagedProcess
 from ordeal.config import ClusterSpec, ConfigError
-from ordeal.ownership import SESSION_NETWORKS, Allowance, NotOurs
+from ordeal.networks import SESSION_NETWORKS, Allowance, NotOurs
 from ordeal.target import TargetSpec, TargetURL, ToxiproxyTarget
 from ordeal.topology import Endpoint, Link
 

@@ -2,7 +2,7 @@
 lose a Ray node, or pause it, and let Ray reschedule what ran there.
 
 A *Ray node* here is one simulated node the suite started
-(``clusters.ray.RayNode``): one process group holding its raylet,
+(``clusters.ray_nodes.RayNode``): one process group holding its raylet,
 agents and Ray workers (the replica actors), plus the vLLM engines those
 actors started (each a process group of its own, so process faults can hit
 one engine alone). Faults reach it only through what the node object

@@ -1,13 +1,13 @@
 """What the suite may touch: only loopback addresses (and the suite's own
 namespaces and containers, and networks the user names with
-``--allow-target``: ``ordeal.ownership.SESSION_NETWORKS``), only nodes that
+``--allow-target``: ``ordeal.networks.SESSION_NETWORKS``), only nodes that
 run. Checked before the ledger, the system or the network is touched, so a
 refused fault or load changes nothing. Host names other than ``localhost``
 are refused: a name can resolve anywhere."""
 
 from __future__ import annotations
 
-from ordeal.ownership import SESSION_NETWORKS, NotOurs
+from ordeal.networks import SESSION_NETWORKS, NotOurs
 from ordeal.topology import Endpoint, Node
 
 from .base import FaultError

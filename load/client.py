@@ -32,7 +32,7 @@ from load.plan import PlannedRequest
 from load.spec import PATHS, WorkloadSpec
 from load.sse import SSEParser, StreamRecorder
 from ordeal.config import ConfigError
-from ordeal.ownership import NotOurs
+from ordeal.networks import NotOurs
 from ordeal.topology import Endpoint as Address
 
 

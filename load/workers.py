@@ -28,7 +28,7 @@ seconds of the plan (from the shared start), never as a clock reading, so
 a worker's clock need not be the parent's: the same worker runs on
 another host behind a socket (``SocketWorkers``). A *launcher* starts the
 workers: ``ProcessLauncher`` (the default) as the parent's children, or
-one that places them elsewhere (clusters/ray.py: Ray actors on the Ray
+one that places them elsewhere (clusters/ray_actors.py: Ray actors on the Ray
 nodes, on ``--cluster ray``).
 
 Processes are started with ``spawn``: the parent holds threads (the
@@ -59,12 +59,11 @@ from load.client import OpenAIClient, url_endpoint
 from load.workload import WorkloadRunner
 from ordeal.config import ConfigError
 from ordeal.history.writer import HistoryWriteError
-from ordeal.ownership import SESSION_NETWORKS, NotOurs
+from ordeal.networks import SESSION_NETWORKS, NotOurs
 
 #: How long a worker may take to start (import, client) before the load
 #: gives up on it; spawning re-imports the harness in each.
 START_TIMEOUT_S = 120.0
-
 MAX_WORKERS = 256
 
 

@@ -22,7 +22,7 @@ from load.client import EngineClient, OpenAIClient, Outcome, plan_extras, url_en
 from load.plan import PlannedRequest, plan_requests
 from load.spec import WorkloadSpec
 from ordeal.history.writer import History, HistoryWriteError
-from ordeal.ownership import SESSION_NETWORKS
+from ordeal.networks import SESSION_NETWORKS
 
 Progress = Callable[[str], None]
 

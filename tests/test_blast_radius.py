@@ -18,7 +18,7 @@ from load.spec import WorkloadSpec
 from load.workload import WorkloadRunner
 from ordeal.history.reader import read_history
 from ordeal.history.writer import History
-from ordeal.ownership import SESSION_NETWORKS, NotOurs
+from ordeal.networks import SESSION_NETWORKS, NotOurs
 from ordeal.topology import Endpoint
 
 REPO = Path(__file__).resolve().parent.parent

@@ -246,7 +246,7 @@ def test_the_plugin_checks_the_fit_only_when_an_endurance_test_is_selected():
     starts, and a smoke run (no endurance test) is never refused for it."""
     from types import SimpleNamespace
 
-    from fixtures.plugin import ENDURANCE_SELECTED, endurance_options
+    from runs.options import endurance_options
 
     opts = {"--stop-error-rate": 0.9, "--stop-window": "60s", "--stop-grace": "300s",
             "--duration": "10m", "--time-scale": 20.0, "--faults": "all",
@@ -254,16 +254,15 @@ def test_the_plugin_checks_the_fit_only_when_an_endurance_test_is_selected():
             "--baseline": None, "--baseline-thresholds": None}
     spec = SimpleNamespace(backend="local", replicas=2)
 
-    def config(selected: bool | None, **more):
-        stash = {} if selected is None else {ENDURANCE_SELECTED: selected}
-        return SimpleNamespace(getoption={**opts, **more}.get, stash=stash)
+    def check(selected: bool, **more):
+        # the plugin passes whether an endurance test is selected (its stash)
+        return endurance_options({**opts, **more}.get, spec, 0, 8.0, 30.0, selected)
 
-    endurance_options(config(False), spec, 0, 8.0)  # smoke: the plan is never used
-    endurance_options(config(None), spec, 0, 8.0)
+    check(False)  # smoke: the plan is never used
     with pytest.raises(ConfigError, match=r"fits 6 of the 12.*shortest --duration"):
-        endurance_options(config(True), spec, 0, 8.0)
+        check(True)
     shortest = EndurancePlan(duration_s=600, time_scale=20).shortest_duration_s()
-    endurance_options(config(True, **{"--duration": f"{shortest}s"}), spec, 0, 8.0)
+    check(True, **{"--duration": f"{shortest}s"})
 
 
 def test_a_72_hour_plan_at_x72_is_thinned_to_fit_the_wall_clock_floors():

@@ -2,7 +2,7 @@
 invariant, what went wrong in a sentence, its figures, example ops, whether
 it is known, and the command that replays the test."""
 
-from fixtures.plugin import replay_line
+from runs.replay import replay_line
 from reports.findings import findings_of
 from reports.html import section_findings
 

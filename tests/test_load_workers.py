@@ -238,7 +238,7 @@ def test_a_run_with_load_workers_goes_on_past_its_duration_until_the_heal(ordeal
 
 class _SocketProcesses:
     """A launcher whose workers dial back over TCP (load.workers.SocketWorkers)
-    the way a Ray actor on another node does (clusters/ray.py), here as
+    the way a Ray actor on another node does (clusters/ray_actors.py), here as
     local processes: the transport without Ray."""
 
     what = "socket workers"

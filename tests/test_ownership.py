@@ -19,11 +19,10 @@ import pytest
 
 from conftest import at_once, pids_alive
 from ordeal import procfs
+from ordeal.networks import AllowedNetworks, NotOurs
 from ordeal.ownership import (
     CLUSTER_ENV,
-    AllowedNetworks,
     Claimer,
-    NotOurs,
     Owner,
     ProcessRecord,
     hold_cluster,

@@ -30,7 +30,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from clusters.ray import RayCluster, RayError, RayPorts, check_loopback, unavailable_reason
+from clusters.ray import RayCluster
+from clusters.ray_nodes import RayPorts
+from clusters.ray_runtime import RayError, check_loopback, unavailable_reason
 from conftest import require_component
 from engines.vllm.nodes import SERVED_MODEL_NAME
 from faults import iptables

@@ -32,12 +32,12 @@ from hypothesis import strategies as st
 from faults.heal_all import heal_all
 from faults.hook import HookFault
 from faults.ledger import Ledger
-from fixtures.plugin import replay_line
+from runs.replay import replay_line
 from nodes.external import ExternalNode
 from nodes.ports import free_ports
 from nodes.process import ManagedProcess
+from ordeal import networks
 from ordeal.config import ConfigError, redact_argv
-from ordeal import ownership
 from ordeal.ownership import record_path
 from ordeal.target import Hook, read_target_file
 from ordeal.topology import Endpoint
@@ -286,7 +286,7 @@ def test_a_heal_that_looks_secret_is_read_again_from_the_target_file(tmp_path):
                                        ("10.1.2.3", False), ("::/0", True),
                                        ("2001:db8::/32", True), ("2001:db8:1::/48", False)])
 def test_networks_wider_than_a_16_or_a_48_are_too_wide(net, wide):
-    assert (ownership.too_wide(ipaddress.ip_network(net)) is not None) is wide
+    assert (networks.too_wide(ipaddress.ip_network(net)) is not None) is wide
 
 
 def collect(*options: str) -> subprocess.CompletedProcess[str]:

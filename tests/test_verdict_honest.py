@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.plugin import require_judged_names
+from runs.options import require_judged_names
 from invariants import HealthTruthful, RunContext
 from ordeal.config import ConfigError
 from ordeal.history.ops import Op

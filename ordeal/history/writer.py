@@ -13,13 +13,11 @@ left. ``History.resume`` seals it and continues the same file, and
 
 from __future__ import annotations
 
-import atexit
 import fcntl
 import json
 import os
 import threading
 import time
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -28,6 +26,7 @@ import crc32c
 
 from .ops import MONITOR, NEMESIS, OP_TYPES, Op, OpType, parse_iso, utc_iso
 from .reader import FORMAT_VERSION, HEADER_KEY, HistoryError, _positive, _Reader, _try_op
+from .sealer import SEALER
 
 DEFAULT_CHUNK_OPS = 4096
 DEFAULT_CHUNK_BYTES = 4 << 20
@@ -43,73 +42,6 @@ class HistoryWriteError(OSError):
 
 def _dumps(d: dict[str, Any]) -> bytes:
     return (json.dumps(d, separators=(",", ":")) + "\n").encode()
-
-
-class _Sealer:
-    """One daemon thread for every open History: seals a chunk that has
-    waited ``flush_interval`` while nothing was appended, and does the
-    fsyncs, so an appender (the workload's event loop) never waits on the
-    disk. Holds the histories weakly: an unclosed, dropped History goes."""
-
-    TICK_S = 0.1
-
-    def __init__(self) -> None:
-        self._reset()
-
-    def _reset(self) -> None:  # also in a forked child: the parent's files are not its own
-        self._histories: weakref.WeakSet[History] = weakref.WeakSet()
-        self._wake = threading.Event()
-        self._guard = threading.Lock()
-        self._thread: threading.Thread | None = None
-
-    def add(self, h: "History") -> None:
-        with self._guard:
-            self._histories.add(h)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="ordeal-history-sealer",
-                                                daemon=True)
-                self._thread.start()
-        self._wake.set()
-
-    def discard(self, h: "History") -> None:
-        with self._guard:
-            self._histories.discard(h)
-
-    def poke(self) -> None:
-        self._wake.set()
-
-    def _run(self) -> None:
-        while True:
-            with self._guard:
-                idle = not self._histories
-            self._wake.wait(None if idle else self.TICK_S)
-            self._wake.clear()
-            self._tick_all()
-
-    def _tick_all(self) -> None:  # its own frame: no History is held between ticks
-        with self._guard:
-            histories = list(self._histories)
-        for h in histories:
-            try:
-                h._tick()
-            except Exception:  # noqa: BLE001 - flush()/close() raise it to the owner
-                pass
-
-    def flush_all(self) -> None:
-        """At exit: seal what an owner forgot to close (a crash skips this,
-        and the reader copes: the unsealed tail)."""
-        with self._guard:
-            histories = list(self._histories)
-        for h in histories:
-            try:
-                h.flush()
-            except Exception:  # noqa: BLE001 - exiting; the tail stays readable unsealed
-                pass
-
-
-_SEALER = _Sealer()
-atexit.register(_SEALER.flush_all)
-os.register_at_fork(after_in_child=_SEALER._reset)
 
 
 @dataclass
@@ -174,7 +106,7 @@ class History:
             raise
         self._setup(p, f, flush_interval, chunk_max_ops, chunk_max_bytes,
                     next_index=0, next_chunk=0, size=len(header))
-        _SEALER.add(self)
+        SEALER.add(self)
 
     def _setup(self, path: Path, f: Any, flush_interval: float, chunk_max_ops: int,
                chunk_max_bytes: int, next_index: int, next_chunk: int, size: int) -> None:
@@ -223,7 +155,7 @@ class History:
             )
             sealed = self._commit_locked((op.to_json() + "\n").encode(), type, process)
         if sealed:
-            _SEALER.poke()  # the fsync, off this thread
+            SEALER.poke()  # the fsync, off this thread
         return op
 
     def append_encoded(self, type: OpType, process: int | str, f: str, value_json: str,
@@ -245,7 +177,7 @@ class History:
                     f'{json.dumps(error, ensure_ascii=False)}}}\n').encode()
             sealed = self._commit_locked(line, type, process)
         if sealed:
-            _SEALER.poke()
+            SEALER.poke()
         return index
 
     def _commit_locked(self, line: bytes, type: OpType, process: int | str) -> bool:
@@ -342,7 +274,7 @@ class History:
                 self._seal_locked()
             finally:
                 self._file = None
-        _SEALER.discard(self)
+        SEALER.discard(self)
         with self._sync_lock:
             try:
                 os.fsync(f.fileno())
@@ -385,7 +317,7 @@ class History:
             f.close()
             raise
         h.resumed = resumed
-        _SEALER.add(h)
+        SEALER.add(h)
         return h
 
     @classmethod
