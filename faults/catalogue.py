@@ -43,12 +43,12 @@ REGISTRY: dict[str, type[Fault]] = CLASSES
 
 def common_kinds() -> tuple[str, ...]:
     """The kinds every backend runs (the endurance catalogue's), by name."""
-    return tuple(sorted(kind_traits.where(lambda t: not t.backends)))
+    return kind_traits.where(lambda t: not t.backends)
 
 
 def backend_kinds() -> tuple[str, ...]:
     """Kinds only some backends have (``--cluster ray``'s node faults)."""
-    return tuple(sorted(kind_traits.where(lambda t: bool(t.backends))))
+    return kind_traits.where(lambda t: bool(t.backends))
 
 
 def unregister(kind: str) -> None:

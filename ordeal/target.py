@@ -74,13 +74,6 @@ _TOP = {"name", "engine", "model", "entrypoint", "entrypoint_health_path", "api_
 _HEADER = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")
 
 
-def hook_kinds() -> tuple[str, ...]:
-    """Fault kinds a hook may give (``KindTraits.hookable``: node kinds that
-    need a process or a machine of the user's). Link kinds act through the
-    fault proxy instead."""
-    return kind_traits.hook_kinds()
-
-
 def trustable_kinds() -> tuple[str, ...]:
     """The kinds ``trusted_without_evidence`` may name: those that can act
     on an external deployment (a hook's node kinds, the proxies' link
@@ -388,8 +381,9 @@ def read_target_file(path: str | Path) -> TargetSpec:
             raise _fail(p, where, "give a table with kind, node, inject and heal")
         _table_keys(p, where, h, {"kind", "node", "inject", "heal", "timeout_s"})
         kind = _str(p, f"{where} kind", h.get("kind"))
-        if kind not in hook_kinds():
-            raise _fail(p, f"{where} kind", f"{kind!r}: hooks act for {', '.join(hook_kinds())}"
+        hookable = kind_traits.hook_kinds()  # node kinds (KindTraits.hookable)
+        if kind not in hookable:
+            raise _fail(p, f"{where} kind", f"{kind!r}: hooks act for {', '.join(hookable)}"
                                             " (link faults act through the fault proxy)")
         node = _str(p, f"{where} node", h.get("node"))
         if node not in ("*", "router", *names):
